@@ -1,0 +1,122 @@
+# Copyright 2026 The JAX Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Prints the (name, result, expected) rows of an example and checks them.
+
+Every example module exposes `run() -> list[tuple[str, np.ndarray,
+np.ndarray]]` and ends with::
+
+  if __name__ == '__main__':
+    sys.exit(_report.main(run))
+
+Integer and boolean rows are compared exactly, floating point rows with
+`np.testing.assert_allclose` tolerances.
+"""
+
+from collections.abc import Callable, Sequence
+import dataclasses
+
+from jax.experimental.pallas import tpu as pltpu
+import numpy as np
+
+Row = tuple[str, np.ndarray, np.ndarray]
+
+# Values shown per array before it is abbreviated with '...'.
+_NUM_SHOWN = 4
+
+
+def interpret_params(**kwargs) -> pltpu.InterpretParams:
+  """Returns `InterpretParams` that warn, rather than raise, on races.
+
+  `InterpretParams(on_race=...)` exists from jax 0.12; older versions always
+  record races in `races_found` and print them.
+
+  Args:
+    **kwargs: Passed on to `pltpu.InterpretParams`.
+
+  Returns:
+    The interpret params.
+  """
+  fields = {f.name for f in dataclasses.fields(pltpu.InterpretParams)}
+  if kwargs.get('detect_races') and 'on_race' in fields:
+    kwargs['on_race'] = 'warn'
+  return pltpu.InterpretParams(**kwargs)
+
+
+def render(x: np.ndarray) -> str:
+  """Renders an array compactly: shape, dtype, first values and a checksum.
+
+  Args:
+    x: Any array.
+
+  Returns:
+    E.g. `f32[64,128] [0.42 1 -0.17 0.9 ...] sum=12.5`.
+  """
+  x = np.asarray(x)
+  flat = x.reshape(-1)
+  shown = ' '.join(f'{v:.4g}' if x.dtype.kind == 'f' else str(v)
+                   for v in flat[:_NUM_SHOWN])
+  if flat.size > _NUM_SHOWN:
+    shown += ' ...'
+  dims = ','.join(map(str, x.shape))
+  text = f'{x.dtype.name}[{dims}] [{shown}]'
+  if flat.size > _NUM_SHOWN:
+    text += f' sum={flat.sum(dtype=np.float64):.6g}'
+  return text
+
+
+def matches(result: np.ndarray, expected: np.ndarray) -> bool:
+  """Whether `result` equals `expected`: exactly unless floating point.
+
+  Args:
+    result: The array the kernel computed.
+    expected: The array computed independently, with the same shape.
+
+  Returns:
+    True if they match.
+  """
+  result, expected = np.asarray(result), np.asarray(expected)
+  try:
+    if expected.dtype.kind == 'f' or result.dtype.kind == 'f':
+      np.testing.assert_allclose(result, expected, rtol=1e-6, atol=1e-6)
+    else:
+      np.testing.assert_array_equal(result, expected, strict=True)
+  except AssertionError:
+    return False
+  return True
+
+
+def report(rows: Sequence[Row]) -> int:
+  """Prints one line per row and returns the number of mismatched rows.
+
+  Args:
+    rows: (name, result, expected) triples.
+
+  Returns:
+    How many rows did not match.
+  """
+  width = max((len(name) for name, _, _ in rows), default=0)
+  mismatched = 0
+  for name, result, expected in rows:
+    ok = matches(result, expected)
+    mismatched += not ok
+    print(f'{name:<{width}}  {"ok" if ok else "MISMATCH"}')
+    print(f'  result:   {render(result)}')
+    print(f'  expected: {render(expected)}')
+  return mismatched
+
+
+def main(run: Callable[[], Sequence[Row]]) -> int:
+  """Runs an example, prints its rows; returns the process exit code."""
+  return 1 if report(run()) else 0

@@ -1,0 +1,80 @@
+"""Fetch and cache pristine jax wheels (the reference for pristine files)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+
+from absl import logging
+
+from migration import errors
+
+
+def cache_dir() -> str:
+  """Returns the wheel cache directory.
+
+  ``$JAX_INTERPRET_PATCHES_CACHE/wheels`` if that variable is set, otherwise
+  ``$XDG_CACHE_HOME/jax-interpret-patches/wheels`` (``~/.cache`` by default).
+  """
+  root = os.environ.get('JAX_INTERPRET_PATCHES_CACHE')
+  if not root:
+    xdg = os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
+    root = os.path.join(xdg, 'jax-interpret-patches')
+  return os.path.join(root, 'wheels')
+
+
+def wheel_name(version: str) -> str:
+  return f'jax-{version}-py3-none-any.whl'
+
+
+def sha256_file(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, 'rb') as f:
+    for block in iter(lambda: f.read(1 << 20), b''):
+      h.update(block)
+  return h.hexdigest()
+
+
+def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
+                   download: bool = True) -> str:
+  """Returns the path of the released jax wheel of ``version``.
+
+  Looks in ``extra_dirs`` then the cache; otherwise downloads it from the
+  package index with ``pip download --no-deps`` into the cache.
+
+  Args:
+    version: the jax version, e.g. ``0.12.0``.
+    extra_dirs: directories searched before the cache.
+    download: whether to run pip when the wheel is not found locally.
+
+  Returns:
+    Path of the wheel file.
+
+  Raises:
+    EnvironmentProblem: the wheel is not found and cannot be downloaded.
+  """
+  name = wheel_name(version)
+  cache = cache_dir()
+  for d in (*extra_dirs, cache):
+    candidate = os.path.join(d, name)
+    if os.path.isfile(candidate):
+      return candidate
+  if not download:
+    raise errors.EnvironmentProblem(
+        f'{name} not found in {", ".join((*extra_dirs, cache))}.')
+  os.makedirs(cache, exist_ok=True)
+  with tempfile.TemporaryDirectory(dir=cache) as tmp:
+    cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps',
+           '--only-binary=:all:', '--ignore-requires-python',
+           f'jax=={version}', '-d', tmp]
+    logging.info('Downloading %s: %s', name, ' '.join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    downloaded = os.path.join(tmp, name)
+    if proc.returncode != 0 or not os.path.isfile(downloaded):
+      raise errors.EnvironmentProblem(
+          f'Could not download {name} with pip:\n{proc.stderr.strip()}')
+    os.replace(downloaded, os.path.join(cache, name))
+  return os.path.join(cache, name)

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs every test: lint, the migration tool's tests, and the upstream-style
+# interpreter tests against a fresh venv of jax from the registry that the
+# migration tool has patched.
+#
+# Usage: scripts/test.sh            (jax 0.12.0.1)
+#        JAX_VERSION=0.12.0 scripts/test.sh
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+version="${JAX_VERSION:-0.12.0.1}"
+venv=".venvs/test-jax-$version"
+
+scripts/make_venv.sh "$version" "$venv"
+PYTHONPATH="$PWD" "$venv/bin/python" -m migration apply
+PYTHONPATH="$PWD" "$venv/bin/python" -m migration status
+"$venv/bin/python" scripts/run_tests.py

@@ -1,0 +1,155 @@
+"""Tests of the manifest, the series files and the git apply wrapper."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+import sys
+import tempfile
+import tomllib
+import zipfile
+
+from absl.testing import absltest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+
+from migration import errors  # noqa: E402
+from migration import gitapply  # noqa: E402
+from migration import manifest as manifest_lib  # noqa: E402
+from migration import wheels  # noqa: E402
+
+PATCHES = os.path.join(REPO, 'patches')
+WHEEL_DIRS = ('/work/pristine',)
+
+_HEADER = """\
+From 0123 Mon Sep 17 00:00:00 2001
+From: A Person <a@example.com>
+Subject: [PATCH 2/3] [pallas:tpu] Support a thing
+ over two lines
+
+Longer explanation.
+
+Description: Support a thing.
+ Continued here.
+Origin: vendor
+Forwarded: not-yet
+Applied-Upstream: no
+Last-Update: 2025-01-02
+---
+ a | 1 +
+"""
+
+
+class ManifestTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    # Not create_tempdir(): it needs absl flags parsed, pytest does not.
+    self.tmp = tempfile.mkdtemp(prefix='manifest-test-')
+    self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+
+  def copy_patches(self) -> str:
+    dest = os.path.join(self.tmp, 'patches')
+    shutil.copytree(PATCHES, dest)
+    return dest
+
+  def test_parse_header(self):
+    subject, dep3 = manifest_lib.parse_header(_HEADER)
+    self.assertEqual(subject, '[pallas:tpu] Support a thing over two lines')
+    self.assertEqual(dep3, {
+        'Description': 'Support a thing.\nContinued here.',
+        'Origin': 'vendor', 'Forwarded': 'not-yet',
+        'Applied-Upstream': 'no', 'Last-Update': '2025-01-02'})
+
+  def test_read_series_file(self):
+    d = os.path.join(self.tmp, 's')
+    os.makedirs(d)
+    for name in ('a.patch', 'b.patch'):
+      open(os.path.join(d, name), 'w').close()
+    with open(os.path.join(d, 'series'), 'w') as f:
+      f.write('# comment\n\na.patch\n  b.patch  # trailing\n')
+    self.assertEqual(manifest_lib.read_series_file(d), ['a.patch', 'b.patch'])
+    with open(os.path.join(d, 'series'), 'a') as f:
+      f.write('missing.patch\n')
+    with self.assertRaisesRegex(errors.PatchDataError, 'missing.patch'):
+      manifest_lib.read_series_file(d)
+
+  def test_locate_patches_dir(self):
+    self.assertEqual(manifest_lib.locate_patches_dir(), PATCHES)
+    self.assertEqual(manifest_lib.locate_patches_dir(self.tmp), self.tmp)
+    with self.assertRaises(errors.PatchDataError):
+      manifest_lib.locate_patches_dir(os.path.join(self.tmp, 'nope'))
+
+  def test_every_patch_has_a_dep3_header(self):
+    for series in manifest_lib.load(PATCHES).series.values():
+      for p in series.patches:
+        for field in ('Description', 'Origin', 'Forwarded', 'Last-Update'):
+          self.assertIn(field, p.dep3, f'{p.name} lacks {field}')
+
+  def test_touched_files_match_manifest(self):
+    for series in manifest_lib.load(PATCHES).series.values():
+      for p in series.patches:
+        self.assertEqual(tuple(gitapply.touched_files(p.path)), p.files)
+        for f in p.files:
+          self.assertTrue(f.startswith('jax/_src/pallas/'), f)
+
+  def test_manifest_is_up_to_date(self):
+    with open(os.path.join(PATCHES, manifest_lib.MANIFEST)) as f:
+      committed = json.load(f)
+    regenerated = manifest_lib.generate(self.copy_patches(),
+                                        wheel_dirs=WHEEL_DIRS)
+    self.assertEqual(regenerated, committed,
+                     'patches/manifest.json is stale; run '
+                     '`python -m migration manifest`.')
+
+  def test_load_rejects_edited_series(self):
+    patches = self.copy_patches()
+    series = manifest_lib.load(patches).series
+    name = next(iter(series))
+    with open(os.path.join(patches, name, 'series'), 'w') as f:
+      f.write(series[name].patches[0].name + '\n')
+    with self.assertRaisesRegex(errors.PatchDataError, 'migration manifest'):
+      manifest_lib.load(patches)
+
+  def test_conflict_reports_gits_message_and_changes_nothing(self):
+    manifest = manifest_lib.load(PATCHES)
+    version = manifest.served_versions()[-1]
+    series = manifest.series_for(version)
+    patch = series.patches[0]
+    target = patch.files[0]
+    with zipfile.ZipFile(wheels.pristine_wheel(version, WHEEL_DIRS)) as zf:
+      data = zf.read(target)
+    # Edit every context/removed line of the first hunk's region.
+    with open(patch.path, encoding='utf-8') as f:
+      hunk_line = next(ln for ln in f if ln.startswith('@@'))
+    start = int(hunk_line.split()[1].split(',')[0][1:])
+    lines = data.split(b'\n')
+    for i in range(max(0, start - 1), min(len(lines), start + 6)):
+      lines[i] = b'# edited ' + lines[i]
+    edited = b'\n'.join(lines)
+    dest = os.path.join(self.tmp, *target.split('/'))
+    os.makedirs(os.path.dirname(dest))
+    with open(dest, 'wb') as f:
+      f.write(edited)
+    with self.assertRaisesRegex(errors.ConflictError, 'patch failed|does not'):
+      gitapply.apply(patch.path, self.tmp)
+    with open(dest, 'rb') as f:
+      self.assertEqual(f.read(), edited)
+
+  def test_package_data_ships_every_patch_file(self):
+    with open(os.path.join(REPO, 'pyproject.toml'), 'rb') as f:
+      setuptools = tomllib.load(f)['tool']['setuptools']
+    self.assertEqual(setuptools['package-dir']['migration.patches'], 'patches')
+    globs = setuptools['package-data']['migration.patches']
+    for series in manifest_lib.load(PATCHES).series.values():
+      for rel in ['manifest.json', f'{series.name}/series',
+                  *(f'{series.name}/{p.name}' for p in series.patches)]:
+        self.assertTrue(any(fnmatch.fnmatch(rel, g) for g in globs), rel)
+
+
+if __name__ == '__main__':
+  absltest.main()

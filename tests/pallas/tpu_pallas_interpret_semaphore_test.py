@@ -1,0 +1,376 @@
+# Copyright 2026 The JAX Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Tests for semaphores in TPU interpret mode.
+
+Covers non-decrementing waits (`pl.semaphore_wait(..., decrement=False)`),
+`pl.semaphore_read` and local signals on multi-core meshes.
+
+To work around https://github.com/jax-ml/jax/issues/25671 , this file
+contains only tests that do not use shard_map.
+"""
+
+import contextlib
+import io
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+from jax._src import test_util as jtu
+from jax._src.pallas.mosaic.interpret import interpret_pallas_call as mosaic_interpret
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+import jax.numpy as jnp
+import numpy as np
+import tpu_interpret_test_util as test_util
+
+
+jax.config.parse_flags_with_absl()
+
+def _smem_output(n: int, dtype=jnp.int32):
+  return dict(
+      out_shape=jax.ShapeDtypeStruct((n,), dtype),
+      out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+  )
+
+
+# TODO(jburnim): Figure out how to safely run different instance of TPU
+# interpret mode in parallel, and then remove this decorator.
+@jtu.thread_unsafe_test_class()
+class InterpretSemaphoreTest(jtu.JaxTestCase):
+
+  def setUp(self):
+    super().setUp()
+
+    if not jtu.test_device_matches(['cpu']):
+      self.skipTest('CPU-only test')
+
+    if jax.device_count() > 1:
+      # Workaround for https://github.com/jax-ml/jax/issues/25671
+      self.skipTest(f'requires 1 device, found {jax.device_count()}')
+
+  def test_nondecrementing_wait_leaves_count(self):
+    def kernel(o_ref, sem):
+      pl.semaphore_signal(sem, 2)
+      pl.semaphore_wait(sem, 2, decrement=False)
+      o_ref[0] = pl.semaphore_read(sem)
+      pl.semaphore_wait(sem, 1, decrement=False)
+      o_ref[1] = pl.semaphore_read(sem)
+      pl.semaphore_wait(sem, 0, decrement=False)
+      o_ref[2] = pl.semaphore_read(sem)
+      pl.semaphore_wait(sem, 2)
+      o_ref[3] = pl.semaphore_read(sem)
+
+    out = pl.pallas_call(
+        kernel,
+        **_smem_output(4),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=pltpu.InterpretParams(),
+    )()
+    np.testing.assert_array_equal(out, [2, 2, 2, 0])
+
+  @parameterized.parameters(False, True)
+  def test_nondecrementing_wait_reported_count_at_exit(self, drain):
+    # The interpreter reports a semaphore left with a non-zero count when the
+    # kernel ends. Non-decrementing waits must leave the count for it.
+    def kernel(o_ref, sem):
+      pl.semaphore_signal(sem, 2)
+      pl.semaphore_wait(sem, 2, decrement=False)
+      pl.semaphore_wait(sem, 1, decrement=False)
+      pl.semaphore_wait(sem, 0, decrement=False)
+      if drain:
+        pl.semaphore_wait(sem, 2)
+      o_ref[0] = jnp.int32(1)
+
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+      out = pl.pallas_call(
+          kernel,
+          **_smem_output(1),
+          scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+          interpret=pltpu.InterpretParams(),
+      )()
+      out = jax.block_until_ready(out)
+    np.testing.assert_array_equal(out, [1])
+    if drain:
+      self.assertNotIn('non-zero count', stdout.getvalue())
+    else:
+      self.assertRegex(
+          stdout.getvalue(), r'non-zero count .* at kernel exit: 2'
+      )
+
+  def test_signal_read_wait_read(self):
+    def kernel(o_ref, sem):
+      pl.semaphore_signal(sem, 3)
+      o_ref[0] = pl.semaphore_read(sem)
+      pl.semaphore_wait(sem, 3)
+      o_ref[1] = pl.semaphore_read(sem)
+
+    out = pl.pallas_call(
+        kernel,
+        **_smem_output(2),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=pltpu.InterpretParams(),
+    )()
+    np.testing.assert_array_equal(out, [3, 0])
+
+  def test_semaphore_read_of_array_views(self):
+    def kernel(o_ref, sems):
+      for i in range(4):
+        pl.semaphore_signal(sems.at[i], i + 1)
+      pl.semaphore_wait(sems.at[2], 3, decrement=False)
+      for i in range(4):
+        o_ref[i] = pl.semaphore_read(sems.at[i])
+      for i in range(4):
+        pl.semaphore_wait(sems.at[i], i + 1)
+      o_ref[4] = sum(pl.semaphore_read(sems.at[i]) for i in range(4))
+
+    out = pl.pallas_call(
+        kernel,
+        **_smem_output(5),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR((4,))],
+        interpret=pltpu.InterpretParams(),
+    )()
+    np.testing.assert_array_equal(out, [1, 2, 3, 4, 0])
+
+  @parameterized.parameters(False, True)
+  def test_nondecrementing_wait_for_zero_returns_at_once(self, detect_races):
+    def kernel(o_ref, sem):
+      pl.semaphore_wait(sem, 0, decrement=False)
+      o_ref[0] = pl.semaphore_read(sem)
+
+    with test_util.fail_instead_of_hanging():
+      out = pl.pallas_call(
+          kernel,
+          **_smem_output(1),
+          scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+          interpret=test_util.interpret_params(detect_races=detect_races),
+      )()
+      out = jax.block_until_ready(out)
+    np.testing.assert_array_equal(out, [0])
+
+  def test_nondecrementing_wait_in_loop_and_when(self):
+    num_iterations = 5
+
+    def kernel(o_ref, sem):
+      def body(i, carry):
+        pl.semaphore_signal(sem, 1)
+        # The count is i + 1 here; waiting for any value up to it must return.
+        pl.semaphore_wait(sem, i + 1, decrement=False)
+
+        @pl.when(i % 2 == 0)
+        def _():
+          pl.semaphore_wait(sem, 1, decrement=False)
+
+        return carry + pl.semaphore_read(sem)
+
+      o_ref[0] = jax.lax.fori_loop(0, num_iterations, body, jnp.int32(0))
+      pl.semaphore_wait(sem, num_iterations)
+      o_ref[1] = pl.semaphore_read(sem)
+
+    with test_util.fail_instead_of_hanging():
+      out = pl.pallas_call(
+          kernel,
+          **_smem_output(2),
+          scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+          interpret=pltpu.InterpretParams(),
+      )()
+      out = jax.block_until_ready(out)
+    # The count is 1, 2, ..., num_iterations after each iteration's signal.
+    expected_sum = sum(range(1, num_iterations + 1))
+    np.testing.assert_array_equal(out, [expected_sum, 0])
+
+  @parameterized.parameters('eager', 'on_wait')
+  def test_nondecrementing_wait_on_dma_signalled_semaphore(
+      self, dma_execution_mode
+  ):
+    shape = (8, 128)
+    num_bytes = np.prod(shape) * np.dtype(np.float32).itemsize
+
+    def kernel(x_ref, o_ref, y_ref, vmem_ref, sem):
+      # A DMA signals a REGULAR semaphore with the number of bytes copied.
+      pltpu.make_async_copy(x_ref, vmem_ref, sem).start()
+      pl.semaphore_wait(sem, num_bytes, decrement=False)
+      o_ref[0] = pl.semaphore_read(sem)
+      y_ref[...] = vmem_ref[...] + 1.0
+      pl.semaphore_wait(sem, num_bytes)
+      o_ref[1] = pl.semaphore_read(sem)
+
+    x = jnp.arange(np.prod(shape), dtype=jnp.float32).reshape(shape)
+    with test_util.fail_instead_of_hanging():
+      out, y = pl.pallas_call(
+          kernel,
+          out_shape=(
+              jax.ShapeDtypeStruct((2,), jnp.int32),
+              jax.ShapeDtypeStruct(shape, jnp.float32),
+          ),
+          in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+          out_specs=(
+              pl.BlockSpec(memory_space=pltpu.SMEM),
+              pl.BlockSpec(memory_space=pltpu.VMEM),
+          ),
+          scratch_shapes=[
+              pltpu.VMEM(shape, jnp.float32),
+              pltpu.SemaphoreType.REGULAR,
+          ],
+          interpret=test_util.interpret_params(
+              detect_races=True, dma_execution_mode=dma_execution_mode
+          ),
+      )(x)
+      out = jax.block_until_ready(out)
+    np.testing.assert_array_equal(out, [num_bytes, 0])
+    np.testing.assert_array_equal(y, np.asarray(x) + 1.0)
+    self.assertFalse(mosaic_interpret.races.races_found)
+
+  @parameterized.parameters(1, 2, 4)
+  def test_nondecrementing_wait_flag_across_cores(self, num_cores):
+    # Core 0 raises a flag on every core; each core polls it twice without
+    # consuming it, records the count it sees, and then consumes it.
+    mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores)
+
+    @pl.kernel(
+        out_type=jax.ShapeDtypeStruct((num_cores, 8, 128), jnp.int32),
+        mesh=mesh,
+        scratch_types=[
+            pltpu.VMEM((8, 128), jnp.int32),
+            pltpu.SemaphoreType.REGULAR,
+        ],
+        interpret=pltpu.InterpretParams(),
+    )
+    def kernel(o_ref, vmem_ref, sem):
+      core = jax.lax.axis_index('core')
+
+      @pl.when(core == 0)
+      def _():
+        for i in range(num_cores):
+          pl.semaphore_signal(sem, 1, core_index=i)
+
+      pl.semaphore_wait(sem, 1, decrement=False)
+      pl.semaphore_wait(sem, 1, decrement=False)
+      seen = pl.semaphore_read(sem)
+      pl.semaphore_wait(sem, 1)
+      left = pl.semaphore_read(sem)
+      vmem_ref[...] = jnp.full((8, 128), 100 * core + 10 * seen + left)
+      pltpu.sync_copy(vmem_ref, o_ref.at[core])
+
+    with test_util.fail_instead_of_hanging():
+      out = jax.block_until_ready(kernel())
+    # Each core saw a count of 1 twice, and 0 after consuming it.
+    expected = 100 * np.arange(num_cores) + 10
+    np.testing.assert_array_equal(out[:, 0, 0], expected)
+    np.testing.assert_array_equal(
+        out, np.broadcast_to(expected[:, None, None], out.shape)
+    )
+
+  def test_local_signal_targets_calling_core(self):
+    mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=2)
+
+    @pl.kernel(
+        out_type=jax.ShapeDtypeStruct((2, 8, 128), jnp.float32),
+        mesh=mesh,
+        scratch_types=[
+            pltpu.VMEM((8, 128), jnp.float32),
+            pltpu.SemaphoreType.REGULAR,
+        ],
+        interpret=pltpu.InterpretParams(),
+    )
+    def kernel(o_ref, vmem_ref, sem):
+      core = jax.lax.axis_index('core')
+      # Without a `core_index`, each core signals its own semaphore.
+      pl.semaphore_signal(sem, 1)
+      pl.semaphore_wait(sem, 1)
+      vmem_ref[...] = jnp.full((8, 128), core + 1, jnp.float32)
+      pltpu.sync_copy(vmem_ref, o_ref.at[core])
+
+    with test_util.fail_instead_of_hanging():
+      out = jax.block_until_ready(kernel())
+    np.testing.assert_array_equal(out[:, 0, 0], [1.0, 2.0])
+    np.testing.assert_array_equal(
+        out, np.broadcast_to(np.array([1.0, 2.0])[:, None, None], out.shape)
+    )
+
+  @parameterized.parameters(False, True)
+  def test_nondecrementing_wait_orders_accesses_for_race_detection(
+      self, wait_before_read
+  ):
+    # Core 1 writes a shared HBM buffer and then signals core 0, which reads
+    # the buffer. The non-decrementing wait orders the write before the read;
+    # without it, race detection must report a race.
+    mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=2)
+
+    @pl.kernel(
+        out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        mesh=mesh,
+        scratch_types=[
+            pltpu.VMEM((8, 128), jnp.float32),
+            pltpu.SemaphoreType.REGULAR,
+        ],
+        interpret=test_util.interpret_params(detect_races=True),
+    )
+    def kernel(x_ref, o_ref, vmem_ref, sem):
+      core = jax.lax.axis_index('core')
+
+      @pl.when(core == 1)
+      def _():
+        pltpu.sync_copy(x_ref, o_ref)
+        pl.semaphore_signal(sem, 1, core_index=0)
+
+      @pl.when(core == 0)
+      def _():
+        if wait_before_read:
+          pl.semaphore_wait(sem, 1, decrement=False)
+        pltpu.sync_copy(o_ref, vmem_ref)
+        pl.semaphore_wait(sem, 1)
+
+    x = jnp.ones((8, 128), jnp.float32)
+    with test_util.fail_instead_of_hanging():
+      out = jax.block_until_ready(kernel(x))
+    np.testing.assert_array_equal(out, x)
+    self.assertEqual(mosaic_interpret.races.races_found, not wait_before_read)
+
+  def test_nondecrementing_wait_does_not_hang_after_exception(self):
+    @pl.kernel(
+        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),
+        out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        scratch_types=[
+            pltpu.VMEM((8, 128), jnp.float32),
+            pltpu.SemaphoreType.REGULAR,
+        ],
+        interpret=pltpu.InterpretParams(),
+    )
+    def kernel(x_ref, o_ref, vmem_ref, sem):
+      core_index = jax.lax.axis_index('core')
+
+      @pl.when(core_index == 1)
+      def _():
+        # Out-of-bounds read: core 1 fails before it signals.
+        t = vmem_ref[100, 0]
+        vmem_ref[100, 0] = t
+        pl.semaphore_signal(sem, 1, core_index=0)
+
+      @pl.when(core_index == 0)
+      def _():
+        # This wait is never satisfied, as core 1 raises before signalling.
+        pl.semaphore_wait(sem, 1, decrement=False)
+        pltpu.sync_copy(x_ref, o_ref)
+
+    x = jnp.ones((8, 128), dtype=jnp.float32)
+    with test_util.fail_instead_of_hanging():
+      with self.assertRaises(jax.errors.JaxRuntimeError):
+        kernel(x).block_until_ready()
+    pltpu.reset_tpu_interpret_mode_state()
+
+
+if __name__ == '__main__':
+  absltest.main(testLoader=jtu.JaxTestLoader())
