@@ -1,0 +1,137 @@
+# Copyright 2026 The JAX Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Tests for `run_scoped` with `collective_axes` across devices.
+
+To work around https://github.com/jax-ml/jax/issues/25671 , this file
+contains only tests that use shard_map.
+"""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+from jax._src import shard_map
+from jax._src import test_util as jtu
+from jax._src.pallas.mosaic.interpret import interpret_pallas_call as mosaic_interpret
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+import jax.numpy as jnp
+import numpy as np
+import tpu_interpret_test_util as test_util
+
+jax.config.parse_flags_with_absl()
+jtu.request_cpu_devices(4)
+
+P = jax.sharding.PartitionSpec
+
+_SHAPE = (8, 128)
+
+
+# TODO(jburnim): Figure out how to safely run different instance of TPU
+# interpret mode in parallel, and then remove this decorator.
+@jtu.thread_unsafe_test_class()
+class InterpretCollectiveRunScopedDistributedTest(jtu.JaxTestCase):
+
+  def setUp(self):
+    super().setUp()
+
+    if not jtu.test_device_matches(['cpu']):
+      self.skipTest('CPU-only test')
+
+    if jax.device_count() < 2:
+      self.skipTest(f'requires at least 2 devices, found {jax.device_count()}')
+
+  def _run(self, collective_axes, x, **params):
+    """2 devices x 2 cores: core 1 of each device fills a collective buffer."""
+    num_devices, num_cores = 2, 2
+    device_mesh = jtu.create_mesh((num_devices,), ('x',))
+    core_mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores)
+
+    @pl.kernel(
+        out_type=jax.ShapeDtypeStruct((num_cores, *_SHAPE), jnp.float32),
+        mesh=core_mesh,
+        interpret=test_util.interpret_params(**params),
+    )
+    def kernel(x_ref, o_ref):
+      core = jax.lax.axis_index('core')
+
+      def body(buffer_ref, sem):
+        @pl.when(core == 1)
+        def _():
+          pltpu.sync_copy(x_ref, buffer_ref)
+          pl.semaphore_signal(sem, 1, core_index=0)
+
+        @pl.when(core == 0)
+        def _():
+          pl.semaphore_wait(sem, 1)
+
+        pltpu.sync_copy(buffer_ref, o_ref.at[core])
+
+      pl.run_scoped(
+          body,
+          pltpu.VMEM(_SHAPE, jnp.float32),
+          pltpu.SemaphoreType.REGULAR,
+          collective_axes=collective_axes,
+      )
+
+    run = jax.jit(
+        shard_map.shard_map(
+            kernel,
+            mesh=device_mesh,
+            in_specs=P('x'),
+            out_specs=P('x'),
+            check_vma=False,
+        )
+    )
+    x = jax.device_put(x, jax.sharding.NamedSharding(device_mesh, P('x')))
+    with test_util.fail_instead_of_hanging():
+      return jax.block_until_ready(run(x))
+
+  @parameterized.product(
+      dma_execution_mode=['eager', 'on_wait'], detect_races=[False, True]
+  )
+  def test_each_device_has_its_own_collective_allocation(
+      self, dma_execution_mode, detect_races
+  ):
+    # Device d's input block is filled with d + 1. Both cores of a device must
+    # see their own device's block, and only that.
+    x = jnp.concatenate(
+        [jnp.full(_SHAPE, 1.0, jnp.float32), jnp.full(_SHAPE, 2.0, jnp.float32)]
+    )
+    out = self._run(
+        'core',
+        x,
+        dma_execution_mode=dma_execution_mode,
+        detect_races=detect_races,
+    )
+    expected = np.repeat(np.array([1.0, 2.0], np.float32), 2)
+    np.testing.assert_array_equal(out[:, 0, 0], expected)
+    np.testing.assert_array_equal(
+        out, np.broadcast_to(expected[:, None, None], out.shape)
+    )
+    if detect_races:
+      self.assertFalse(mosaic_interpret.races.races_found)
+
+  def test_device_axis_raises(self):
+    x = jnp.ones((2 * _SHAPE[0], _SHAPE[1]), jnp.float32)
+    with self.assertRaisesRegex(
+        NotImplementedError,
+        r"'x' is a device axis\. Devices do not share memory.* The available"
+        r" core axes are \('core',\)",
+    ):
+      self._run('x', x)
+
+
+if __name__ == '__main__':
+  absltest.main(testLoader=jtu.JaxTestLoader())
