@@ -150,6 +150,19 @@ def _manifest(patches_dir: str) -> tuple[int, str]:
   return 0, '\n'.join(lines)
 
 
+def _emit(text: str, stream) -> None:
+  """Prints `text`; a reader that went away (`| head`) is not an error.
+
+  The command has already done its work, so its exit code stands. As the
+  Python documentation recommends for SIGPIPE, the rest of the output goes to
+  os.devnull, so that the interpreter's final flush does not fail either.
+  """
+  try:
+    print(text, file=stream, flush=True)
+  except BrokenPipeError:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
 def main(argv: list[str]) -> int:
   """Runs one command; returns the process exit code."""
   args = argv[1:]
@@ -166,7 +179,7 @@ def main(argv: list[str]) -> int:
       code, out = _manifest(patches_dir)
     else:
       code, out = _apply_or_revert(command, patches_dir)
-    print(out)
+    _emit(out, sys.stdout)
     return code
   except errors.MigrationError as e:
     error, code = e, e.exit_code
@@ -174,9 +187,9 @@ def main(argv: list[str]) -> int:
     traceback.print_exc()
     error, code = e, errors.ExitCode.INTERNAL
   if _JSON.value:
-    print(report.to_json(report.error_dict(command, error, code)))
+    _emit(report.to_json(report.error_dict(command, error, code)), sys.stdout)
   else:
-    print(report.error_text(error, code), file=sys.stderr)
+    _emit(report.error_text(error, code), sys.stderr)
   return int(code)
 
 

@@ -30,7 +30,10 @@ from migration import wheels  # noqa: E402
 
 VERSION = os.environ.get('JAX_INTERPRET_PATCHES_TEST_VERSION', '0.12.0.1')
 PATCHES = os.path.join(REPO, 'patches')
-WHEEL_DIRS = ('/work/pristine',)
+# Directories searched for the released wheel before the download cache.
+WHEEL_DIRS = tuple(
+    d for d in os.environ.get('JAX_INTERPRET_PATCHES_WHEEL_DIRS', '').split(
+        os.pathsep) if d)
 
 
 def _deps_dir(root: str) -> str:
@@ -116,6 +119,20 @@ class MigrationCliTest(absltest.TestCase):
   def assertPristine(self):
     for f in self.files:
       self.assertEqual(self.read(f), self.pristine[f], f)
+
+  def test_reader_that_goes_away_is_not_an_error(self):
+    # `python -m migration apply | head -1`: the apply succeeds, and so must
+    # the exit code, with no traceback.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, self.deps]))
+    proc = subprocess.Popen(
+        [self.python, '-m', 'migration', 'apply'], cwd=self.root, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    proc.stderr.close()
+    self.assertEqual(proc.wait(), 0, stderr)
+    self.assertNotIn('Traceback', stderr)
+    self.assertEqual(self.status_json()['state'], 'patched')
 
   def test_help_documents_exit_codes(self):
     out = self.run_tool('--help').stdout

@@ -23,7 +23,10 @@ from migration import manifest as manifest_lib  # noqa: E402
 from migration import wheels  # noqa: E402
 
 PATCHES = os.path.join(REPO, 'patches')
-WHEEL_DIRS = ('/work/pristine',)
+# Directories searched for the released wheels before the download cache.
+WHEEL_DIRS = tuple(
+    d for d in os.environ.get('JAX_INTERPRET_PATCHES_WHEEL_DIRS', '').split(
+        os.pathsep) if d)
 
 _HEADER = """\
 From 0123 Mon Sep 17 00:00:00 2001
