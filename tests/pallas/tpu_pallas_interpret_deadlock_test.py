@@ -1,0 +1,252 @@
+# Copyright 2026 The JAX Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Tests for deadlock detection in TPU interpret mode.
+
+To work around https://github.com/jax-ml/jax/issues/25671 , this file
+contains only tests that do not use shard_map.
+"""
+
+import re
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+from jax._src import test_util as jtu
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+import jax.numpy as jnp
+import numpy as np
+import tpu_interpret_test_util as test_util
+
+
+jax.config.parse_flags_with_absl()
+
+_SHAPE = (8, 128)
+
+
+def _wait_line(marker: str) -> int:
+  """Returns the line number of this file's line that contains `marker`."""
+  with open(__file__) as f:
+    for number, line in enumerate(f, start=1):
+      if marker in line and '_wait_line' not in line:
+        return number
+  raise ValueError(marker)
+
+
+# TODO(jburnim): Figure out how to safely run different instance of TPU
+# interpret mode in parallel, and then remove this decorator.
+@jtu.thread_unsafe_test_class()
+class InterpretDeadlockTest(jtu.JaxTestCase):
+
+  def setUp(self):
+    super().setUp()
+
+    if not jtu.test_device_matches(['cpu']):
+      self.skipTest('CPU-only test')
+
+    if jax.device_count() > 1:
+      # Workaround for https://github.com/jax-ml/jax/issues/25671
+      self.skipTest(f'requires 1 device, found {jax.device_count()}')
+
+  def _unsatisfiable_kernel(self, num_cores, decrement, **params):
+    # Every core waits for its own semaphore to reach core + 1; only core 0's
+    # semaphore is ever signalled, with 1, so only core 0's wait is satisfied.
+    @pl.kernel(
+        out_type=jax.ShapeDtypeStruct((num_cores, *_SHAPE), jnp.float32),
+        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores),
+        scratch_types=[
+            pltpu.VMEM(_SHAPE, jnp.float32),
+            pltpu.SemaphoreType.REGULAR,
+        ],
+        interpret=pltpu.InterpretParams(**params),
+    )
+    def kernel(o_ref, vmem_ref, sem):
+      core = jax.lax.axis_index('core')
+
+      @pl.when(core == 0)
+      def _():
+        pl.semaphore_signal(sem, 1)
+
+      pl.semaphore_wait(sem, core + 1, decrement=decrement)  # unsatisfiable
+      vmem_ref[...] = jnp.zeros(_SHAPE, jnp.float32)
+      pltpu.sync_copy(vmem_ref, o_ref.at[core])
+
+    return kernel
+
+  @parameterized.product(num_cores=[1, 2, 4], decrement=[False, True])
+  def test_unsatisfiable_waits_raise(self, num_cores, decrement):
+    kernel = self._unsatisfiable_kernel(num_cores, decrement)
+    if num_cores == 1:
+      # Core 0's own wait is satisfied: nothing is blocked.
+      with test_util.fail_instead_of_hanging():
+        out = jax.block_until_ready(kernel())
+      np.testing.assert_array_equal(out, np.zeros((1, *_SHAPE)))
+      return
+    line = _wait_line('# unsatisfiable')
+    with test_util.fail_instead_of_hanging():
+      with self.assertRaises(jax.errors.JaxRuntimeError) as cm:
+        kernel().block_until_ready()
+    pltpu.reset_tpu_interpret_mode_state()
+    message = str(cm.exception)
+    self.assertIn('Deadlock: every core is finished or blocked', message)
+    for core in range(1, num_cores):
+      self.assertRegex(
+          message,
+          rf'device 0, core {core}: waits at .*{re.escape(__file__)}:{line}'
+          rf'[^\n]* for semaphore \d+ to reach {core + 1}; its count is 0\.',
+      )
+    self.assertIn('Finished (device, core): [(0, 0)]', message)
+
+  def test_single_core_unsatisfiable_wait_raises(self):
+    @pl.kernel(
+        out_type=jax.ShapeDtypeStruct(_SHAPE, jnp.float32),
+        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=1),
+        interpret=pltpu.InterpretParams(),
+    )
+    def kernel(o_ref):
+      def body(sem):
+        pl.semaphore_signal(sem, 2)
+        pl.semaphore_wait(sem, 3, decrement=False)
+        pltpu.sync_copy(o_ref, o_ref)
+
+      pl.run_scoped(body, pltpu.SemaphoreType.REGULAR)
+
+    with test_util.fail_instead_of_hanging():
+      with self.assertRaisesRegex(
+          jax.errors.JaxRuntimeError,
+          r'device 0, core 0: waits at .* for semaphore \d+ allocated at'
+          r' .*tpu_pallas_interpret_deadlock_test.py:\d+.* to reach 3; its'
+          r' count is 2\.',
+      ):
+        kernel().block_until_ready()
+    pltpu.reset_tpu_interpret_mode_state()
+
+  def test_detection_can_be_switched_off(self):
+    kernel = self._unsatisfiable_kernel(2, True, detect_deadlocks=False)
+    with test_util.fail_instead_of_hanging(timeout_s=3.0):
+      with self.assertRaisesRegex(
+          jax.errors.JaxRuntimeError, r'kernel did not finish within 3.0 s'
+      ):
+        kernel().block_until_ready()
+
+  def test_never_entered_collective_scope_raises(self):
+    # Core 0 waits in a collective scope for core 1, which never enters it.
+    @pl.kernel(
+        out_type=jax.ShapeDtypeStruct((2, *_SHAPE), jnp.float32),
+        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),
+        interpret=pltpu.InterpretParams(),
+    )
+    def kernel(x_ref, o_ref):
+      core = jax.lax.axis_index('core')
+
+      def body(buffer_ref, sem):
+        pl.semaphore_wait(sem, 2, decrement=False)
+        pltpu.sync_copy(x_ref, buffer_ref)
+        pltpu.sync_copy(buffer_ref, o_ref.at[core])
+
+      @pl.when(core == 0)
+      def _():
+        pl.run_scoped(
+            body,
+            pltpu.VMEM(_SHAPE, jnp.float32),
+            pltpu.SemaphoreType.REGULAR,
+            collective_axes='core',
+        )
+
+    with test_util.fail_instead_of_hanging():
+      with self.assertRaisesRegex(
+          jax.errors.JaxRuntimeError,
+          r'device 0, core 0: waits at .* for collective semaphore -\d+'
+          r' allocated at .* to reach 2; its count is 0\.(.|\n)*Finished'
+          r' \(device, core\): \[\(0, 1\)\]',
+      ):
+        kernel(jnp.ones(_SHAPE, jnp.float32)).block_until_ready()
+    pltpu.reset_tpu_interpret_mode_state()
+
+  @parameterized.parameters('eager', 'on_wait')
+  def test_wait_satisfied_by_queued_dma_is_not_reported(
+      self, dma_execution_mode
+  ):
+    # Core 1 finishes at once; core 0 waits on a semaphore that only its own
+    # DMA signals. Under 'on_wait', the DMA is still queued when core 0 waits.
+    num_bytes = np.prod(_SHAPE) * np.dtype(np.float32).itemsize
+
+    @pl.kernel(
+        out_type=jax.ShapeDtypeStruct((2, *_SHAPE), jnp.float32),
+        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),
+        scratch_types=[
+            pltpu.VMEM(_SHAPE, jnp.float32),
+            pltpu.SemaphoreType.REGULAR,
+        ],
+        interpret=pltpu.InterpretParams(
+            dma_execution_mode=dma_execution_mode
+        ),
+    )
+    def kernel(x_ref, o_ref, vmem_ref, sem):
+      core = jax.lax.axis_index('core')
+
+      @pl.when(core == 0)
+      def _():
+        pltpu.make_async_copy(x_ref, vmem_ref, sem).start()
+        pl.semaphore_wait(sem, num_bytes, decrement=False)
+        pl.semaphore_wait(sem, num_bytes)
+        pltpu.sync_copy(vmem_ref, o_ref.at[0])
+
+    x = jnp.full(_SHAPE, 4.0, jnp.float32)
+    with test_util.fail_instead_of_hanging():
+      out = jax.block_until_ready(kernel(x))
+    np.testing.assert_array_equal(out[0], x)
+
+  def test_wait_for_busy_core_is_not_reported(self):
+    # Core 1 computes for a while before it signals core 0, which waits.
+    num_iterations = 300
+
+    @pl.kernel(
+        out_type=jax.ShapeDtypeStruct((2, *_SHAPE), jnp.float32),
+        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),
+        scratch_types=[
+            pltpu.VMEM(_SHAPE, jnp.float32),
+            pltpu.SemaphoreType.REGULAR,
+        ],
+        interpret=pltpu.InterpretParams(),
+    )
+    def kernel(o_ref, vmem_ref, sem):
+      core = jax.lax.axis_index('core')
+      vmem_ref[...] = jnp.zeros(_SHAPE, jnp.float32)
+
+      @pl.when(core == 1)
+      def _():
+        def step(i, carry):
+          vmem_ref[...] += 1.0
+          return carry
+
+        jax.lax.fori_loop(0, num_iterations, step, 0)
+        pl.semaphore_signal(sem, 1, core_index=0)
+
+      @pl.when(core == 0)
+      def _():
+        pl.semaphore_wait(sem, 1, decrement=False)
+        pl.semaphore_wait(sem, 1)
+
+      pltpu.sync_copy(vmem_ref, o_ref.at[core])
+
+    with test_util.fail_instead_of_hanging():
+      out = jax.block_until_ready(kernel())
+    np.testing.assert_array_equal(out[0], np.zeros(_SHAPE))
+    np.testing.assert_array_equal(out[1], np.full(_SHAPE, num_iterations))
+
+
+if __name__ == '__main__':
+  absltest.main(testLoader=jtu.JaxTestLoader())
