@@ -1,38 +1,66 @@
-"""Patch jax's Pallas TPU interpreter in place, reversibly.
+"""Patch jax's Pallas TPU interpreter in place, reversibly, or build a wheel.
 
 Usage: python -m migration COMMAND [--json] [flags]
 
-Run with the Python whose environment holds the jax to patch. jax is never
-imported; its version is read from the installed metadata.
+The target environment is the running Python's, or the one of --python PATH.
+jax is never imported; its version is read from the installed metadata (a
+patched wheel's version 0.12.0.1+interpret.N counts as 0.12.0.1).
 
 Commands:
-  status    Show the jax version, the serving patch series and the state of
-            every target file (pristine, patched k/n, locally modified).
-  apply     Apply the series (or its remaining patches), all-or-nothing.
-            Already patched: nothing to do, exit code 0.
-  revert    Restore the released files byte for byte (the applied patches
-            are reverse-applied and the result is checked against the
-            pristine sha256). Already pristine: nothing to do, exit code 0.
+  status    The jax version, the serving patch series, the state of every
+            patch (applied, not applied, merged upstream, conflicting) and
+            file (pristine, patched k/n, locally modified), and whether
+            patches this tool applied were lost (jax reinstalled/upgraded).
+  check     Whether each patch applies exactly, only with offsets, is
+            already upstream, or conflicts (which hunk, what it expected),
+            on the released files of the installed jax, or of --version V
+            (repeatable), or of every served version (--all).
+  apply     Apply the series (or its remaining patches), all-or-nothing;
+            patches already upstream are skipped. Already patched: nothing
+            to do. --dry_run: report only. --force: set locally modified
+            files aside (revert restores them) and patch the released ones.
+  revert    Restore the released files byte for byte (and files set aside
+            by apply --force). Already pristine: nothing to do.
+  wheel     Build jax-V+interpret.N-py3-none-any.whl from the released wheel
+            of --version V (default: the installed version) into -o DIR
+            (default dist/).
+  fork      Maintainers: make jax_fork/ a git repository of the released
+            interpreter package with one commit per patch.
+  refresh   Maintainers: rewrite the series from jax_fork/'s commits and
+            regenerate the manifest.
   manifest  Maintainers: regenerate patches/manifest.json from the series
             files and the released jax wheels (downloaded with pip into
             ~/.cache/jax-interpret-patches/wheels).
+  export-upstream
+            Maintainers: for each feature, one squashed commit on top of the
+            jax checkout --jax_repo (left untouched): the interpreter change,
+            its tests in tests/pallas/ with BUILD targets, and a changelog
+            entry; written with git format-patch into -o DIR (default
+            dist/upstream/) for `git am --keep-non-patch`. Nothing is
+            submitted.
 
 Exit codes:
   0  success, or nothing to do
   1  internal error (a bug in this tool)
   2  usage error
-  3  jax not installed, or its version is not served by this release
-  4  target files locally modified, or a patch does not apply (conflict);
+  3  jax not installed, or its version is not served by this release (or
+     not a jax release at all)
+  4  target files locally modified, a patch does not apply (conflict; for
+     check: some patch conflicts), or jax_fork/ would be overwritten;
      nothing was changed
-  5  environment problem: git missing, site-packages not writable;
-     nothing was changed
+  5  environment problem: git or the wheel package missing, site-packages
+     not writable, a wheel cannot be downloaded; nothing was changed
   6  another run holds the lock
   7  patch data problem: a patch file corrupted or edited, manifest missing
      or out of date; nothing was changed
 
+Flags may be written with - or _ (--dry-run, --dry_run); -o DIR is
+--output_dir=DIR.
+
 Environment variables: JAX_INTERPRET_PATCHES_DIR (same as --patches_dir),
-JAX_INTERPRET_PATCHES_STATE_DIR (lock, journal and pristine backup; default
-<site-packages>/../.jax-interpret-patches), JAX_INTERPRET_PATCHES_CACHE.
+JAX_INTERPRET_PATCHES_STATE_DIR (lock, journal, pristine backup and record;
+default <site-packages>/../.jax-interpret-patches),
+JAX_INTERPRET_PATCHES_CACHE (wheel cache root).
 """
 
 from __future__ import annotations
@@ -45,14 +73,19 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from migration import check
 from migration import environment
 from migration import errors
+from migration import fork
 from migration import manifest as manifest_lib
 from migration import report
 from migration import state
 from migration import transaction
+from migration import upstream
+from migration import wheelbuild
 
-COMMANDS = ('status', 'apply', 'revert', 'manifest')
+COMMANDS = ('status', 'check', 'apply', 'revert', 'wheel', 'fork', 'refresh',
+            'manifest', 'export-upstream')
 
 _JSON = flags.DEFINE_bool('json', False, 'Print the report as JSON.')
 _PATCHES_DIR = flags.DEFINE_string(
@@ -72,8 +105,34 @@ _RELEASE = flags.DEFINE_integer(
     'default: keep the existing one, 1 for a new manifest.')
 _WHEEL_DIR = flags.DEFINE_multi_string(
     'wheel_dir', [],
-    'manifest: directories searched for released jax wheels before the '
-    'cache.')
+    'Directories searched for released jax wheels before the cache.')
+_PYTHON = flags.DEFINE_string(
+    'python', None,
+    'The Python executable of the environment to inspect or patch '
+    '(default: the running one).')
+_DRY_RUN = flags.DEFINE_bool(
+    'dry_run', False, 'apply/revert: check and report; change nothing.')
+_FORCE = flags.DEFINE_bool(
+    'force', False,
+    'apply: set locally modified files aside in the state directory '
+    '(revert restores them) and patch the released files.')
+_VERSION = flags.DEFINE_multi_string(
+    'version', [],
+    'check/wheel/fork: a jax version (repeatable, or comma-separated for '
+    'check); default: the installed one (fork: the newest served one).')
+_ALL = flags.DEFINE_bool(
+    'all', False, 'check: every jax version the manifest serves.')
+_OUTPUT_DIR = flags.DEFINE_string(
+    'output_dir', 'dist', 'wheel: the directory for the wheel (-o).')
+_JAX_REPO = flags.DEFINE_string(
+    'jax_repo', None, 'export-upstream: the upstream jax git checkout.')
+_SERIES = flags.DEFINE_string(
+    'series', None,
+    'export-upstream: the series to export (default: the one that applies '
+    'exactly to the checkout).')
+_FORK_DIR = flags.DEFINE_string(
+    'fork_dir', None,
+    'fork/refresh: the fork folder (default: jax_fork/ beside patches/).')
 
 _HELP_ARGS = ('-h', '-?', '--help', '--helpshort', '--helpfull')
 
@@ -83,13 +142,34 @@ def _usage() -> str:
           + flags.FLAGS.module_help(sys.modules[__name__]) + '\n')
 
 
+def _normalize(argv: list[str]) -> list[str]:
+  """Accepts --dry-run for --dry_run, and -o DIR for --output_dir=DIR."""
+  out = [argv[0]]
+  args = iter(argv[1:])
+  for a in args:
+    if a == '--':
+      out.append(a)
+      out.extend(args)
+      break
+    if a == '-o':
+      out.append('--output_dir=' + next(args, ''))
+    elif a.startswith('-o') and not a.startswith('--'):
+      out.append('--output_dir=' + a[2:])
+    elif a.startswith('--') and '-' in a[2:].split('=', 1)[0]:
+      name, sep, value = a[2:].partition('=')
+      out.append('--' + name.replace('-', '_') + sep + value)
+    else:
+      out.append(a)
+  return out
+
+
 def parse_flags(argv: list[str]) -> list[str]:
   """Parses flags; exits 0 on --help and 2 on a usage error."""
   if any(a in _HELP_ARGS for a in argv[1:]):
     sys.stdout.write(_usage())
     sys.exit(int(errors.ExitCode.OK))
   try:
-    remaining = flags.FLAGS(argv)
+    remaining = flags.FLAGS(_normalize(argv))
   except flags.Error as e:
     sys.stderr.write(f'Error (usage, exit code 2): {e}\n'
                      'Run python -m migration --help for usage.\n')
@@ -112,7 +192,7 @@ def _parse_serve(values: list[str]) -> dict[str, list[str]]:
 
 def _status(patches_dir: str) -> tuple[int, str]:
   manifest = manifest_lib.load(patches_dir)
-  env = environment.detect()
+  env = environment.detect(_PYTHON.value)
   status = state.classify(env, manifest)
   interrupted = bool(env.site_packages) and os.path.exists(
       os.path.join(transaction.state_dir(env), transaction.JOURNAL))
@@ -128,9 +208,115 @@ def _status(patches_dir: str) -> tuple[int, str]:
   return 0, text
 
 
+def _versions(value: list[str]) -> list[str]:
+  return [v for item in value for v in item.split(',') if v]
+
+
+def _installed_version() -> str:
+  env = environment.detect(_PYTHON.value)
+  if not env.jax_installed:
+    raise errors.UnsupportedError(
+        f'jax is not installed in this environment (Python '
+        f'{env.python_version}); pass --version.')
+  return env.jax_version
+
+
+def _check(patches_dir: str) -> tuple[int, str]:
+  manifest = manifest_lib.load(patches_dir)
+  versions = _versions(_VERSION.value)
+  if _ALL.value and versions:
+    raise errors.UsageError('Pass --version or --all, not both.')
+  if _ALL.value:
+    versions = manifest.served_versions()
+  elif not versions:
+    versions = [_installed_version()]
+  results = check.check_versions(manifest, versions,
+                                 tuple(_WHEEL_DIR.value))
+  data = report.check_dict(results)
+  code = data['exit_code']
+  if _JSON.value:
+    return code, report.to_json(data)
+  return code, report.check_text(results)
+
+
+def _wheel(patches_dir: str) -> tuple[int, str]:
+  manifest = manifest_lib.load(patches_dir)
+  versions = _versions(_VERSION.value)
+  if len(versions) > 1:
+    raise errors.UsageError('wheel builds one version at a time.')
+  version = versions[0] if versions else _installed_version()
+  path = wheelbuild.build(manifest, version, _OUTPUT_DIR.value,
+                          tuple(_WHEEL_DIR.value))
+  if _JSON.value:
+    return 0, report.to_json({'command': 'wheel', 'ok': True,
+                              'exit_code': 0, 'wheel': os.path.abspath(path),
+                              'version': version,
+                              'release': manifest.release})
+  return 0, (f'Built {path}\nInstall it beside the matching jaxlib: '
+             f'pip install {path} jaxlib=={version}')
+
+
+def _fork_dir(patches_dir: str) -> str:
+  return os.path.abspath(_FORK_DIR.value or os.path.join(
+      os.path.dirname(patches_dir), 'jax_fork'))
+
+
+def _fork(command: str, patches_dir: str) -> tuple[int, str]:
+  manifest = manifest_lib.load(patches_dir)
+  fork_dir = _fork_dir(patches_dir)
+  if command == 'fork':
+    versions = _versions(_VERSION.value)
+    if len(versions) > 1:
+      raise errors.UsageError('fork takes one version.')
+    info = fork.materialize(manifest, fork_dir,
+                            versions[0] if versions else None,
+                            tuple(_WHEEL_DIR.value))
+    text = (f'Made {fork_dir}: jax {info.version} (tag upstream/'
+            f'{info.version}) plus {len(info.patches)} commit(s) of '
+            f'{info.series} on branch {info.series}. Edit, commit, then run '
+            'python -m migration refresh. Run git inside '
+            f'{os.path.join(fork_dir, fork.PACKAGE_DIR)}.')
+  else:
+    info = fork.refresh(manifest, fork_dir, tuple(_WHEEL_DIR.value))
+    text = (f'Wrote {len(info.patches)} patch(es) to '
+            f'{os.path.join(patches_dir, info.series)} and regenerated '
+            f'{manifest_lib.MANIFEST}:\n'
+            + '\n'.join(f'  {n}' for n in info.patches))
+  if _JSON.value:
+    return 0, report.to_json({'command': command, 'ok': True, 'exit_code': 0,
+                              'fork_dir': fork_dir, 'version': info.version,
+                              'series': info.series,
+                              'patches': list(info.patches)})
+  return 0, text
+
+
+def _export_upstream(patches_dir: str) -> tuple[int, str]:
+  if not _JAX_REPO.value:
+    raise errors.UsageError('export-upstream needs --jax_repo PATH.')
+  tests_dir = os.path.join(os.path.dirname(patches_dir), 'tests', 'pallas')
+  if not os.path.isdir(tests_dir):
+    raise errors.UsageError(
+        f'export-upstream runs from a checkout of this repository; '
+        f'{tests_dir} is missing.')
+  output_dir = (_OUTPUT_DIR.value if flags.FLAGS['output_dir'].present
+                else os.path.join('dist', 'upstream'))
+  written = upstream.export(os.path.abspath(_JAX_REPO.value), output_dir,
+                            tests_dir, manifest_lib.load(patches_dir),
+                            _SERIES.value)
+  if _JSON.value:
+    return 0, report.to_json({'command': 'export-upstream', 'ok': True,
+                              'exit_code': 0, 'patches': written})
+  return 0, ('Wrote one commit per feature; apply them in order in the jax '
+             'checkout with git am --keep-non-patch:\n'
+             + '\n'.join(f'  {p}' for p in written))
+
+
 def _apply_or_revert(command: str, patches_dir: str) -> tuple[int, str]:
   manifest = manifest_lib.load(patches_dir)
-  result = transaction.run(command, manifest, _LOCK_TIMEOUT.value)
+  result = transaction.run(command, manifest, _LOCK_TIMEOUT.value,
+                           python=_PYTHON.value, dry_run=_DRY_RUN.value,
+                           force=_FORCE.value,
+                           wheel_dirs=tuple(_WHEEL_DIR.value))
   if _JSON.value:
     return 0, report.to_json(report.result_dict(result))
   return 0, report.result_text(result)
@@ -175,8 +361,16 @@ def main(argv: list[str]) -> int:
     patches_dir = manifest_lib.locate_patches_dir(_PATCHES_DIR.value)
     if command == 'status':
       code, out = _status(patches_dir)
+    elif command == 'check':
+      code, out = _check(patches_dir)
+    elif command == 'wheel':
+      code, out = _wheel(patches_dir)
+    elif command in ('fork', 'refresh'):
+      code, out = _fork(command, patches_dir)
     elif command == 'manifest':
       code, out = _manifest(patches_dir)
+    elif command == 'export-upstream':
+      code, out = _export_upstream(patches_dir)
     else:
       code, out = _apply_or_revert(command, patches_dir)
     _emit(out, sys.stdout)

@@ -1,15 +1,40 @@
 """The target environment: where jax is installed and which versions.
 
-Nothing here imports jax: versions and paths come from ``importlib.metadata``.
+Nothing here imports jax: versions and paths come from ``importlib.metadata``,
+read in the running Python or, for ``--python``, in a subprocess of the
+named interpreter that runs ``targetenv.py`` (standard library only).
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import importlib.metadata
+import inspect
+import json
 import os
-import platform
+import re
+import subprocess
+
+from migration import errors
+from migration import targetenv
+
+# The PEP 440 local version label of the wheels this project builds.
+LABEL_RE = re.compile(r'^(?P<base>[^+]+)\+interpret\.(?P<release>\d+)$')
+
+
+def split_label(version: str) -> tuple[str, int | None]:
+  """Splits ``0.12.0.1+interpret.3`` into ``('0.12.0.1', 3)``.
+
+  Args:
+    version: a jax distribution version.
+
+  Returns:
+    The upstream version and the release number of the patched wheel, or
+    ``(version, None)`` for a version without our label.
+  """
+  m = LABEL_RE.match(version)
+  if m is None:
+    return version, None
+  return m.group('base'), int(m.group('release'))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,23 +42,38 @@ class Environment:
   """The Python environment whose jax is patched.
 
   Attributes:
-    python_version: version of the running Python, e.g. ``3.12.1``.
-    jax_version: installed jax version, or None if jax is not installed.
+    python_version: version of the target Python, e.g. ``3.12.1``.
+    jax_version: installed upstream jax version (without our local label),
+      or None if jax is not installed.
     jaxlib_version: installed jaxlib version, or None.
     site_packages: directory holding jax's dist-info (and ``jax/``), or None.
     record: RECORD entries of the jax distribution, mapping a path relative
       to ``site_packages`` to its hex sha256 (entries without a hash are left
       out).
+    dist_version: the version in jax's dist-info, e.g.
+      ``0.12.0.1+interpret.1`` for a patched wheel; None if not installed.
+    python: the target interpreter's executable.
+    purelib: the target's site-packages for pure-Python packages.
   """
   python_version: str
   jax_version: str | None
   jaxlib_version: str | None
   site_packages: str | None
   record: dict[str, str]
+  dist_version: str | None = None
+  python: str | None = None
+  purelib: str | None = None
 
   @property
   def jax_installed(self) -> bool:
     return self.jax_version is not None
+
+  @property
+  def wheel_release(self) -> int | None:
+    """The N of an installed ``+interpret.N`` wheel, else None."""
+    if self.dist_version is None:
+      return None
+    return split_label(self.dist_version)[1]
 
   def path(self, relpath: str) -> str:
     """Returns the absolute path of ``relpath`` inside site-packages."""
@@ -50,40 +90,59 @@ class Environment:
     return out
 
 
-def _version(name: str) -> str | None:
+def _from_probe(data: dict) -> Environment:
+  jax = data['jax']
+  return Environment(
+      python_version=data['python'],
+      jax_version=split_label(jax)[0] if jax else None,
+      jaxlib_version=data['jaxlib'],
+      site_packages=data['site_packages'],
+      record=dict(data['record']),
+      dist_version=jax,
+      python=data['executable'],
+      purelib=data['purelib'],
+  )
+
+
+def _probe_subprocess(python: str) -> dict:
+  """Runs ``targetenv.probe()`` in the interpreter ``python``."""
+  if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+    raise errors.UsageError(
+        f'--python={python}: not an executable file.')
+  source = inspect.getsource(targetenv)
   try:
-    return importlib.metadata.version(name)
-  except importlib.metadata.PackageNotFoundError:
-    return None
+    # cwd=/ so that nothing in the current directory shadows a module.
+    proc = subprocess.run([python, '-c', source], cwd='/',
+                          capture_output=True, text=True, timeout=60,
+                          check=False)
+  except (OSError, subprocess.TimeoutExpired) as e:
+    raise errors.EnvironmentProblem(
+        f'Cannot run {python} to inspect its environment: {e}') from e
+  if proc.returncode != 0:
+    raise errors.EnvironmentProblem(
+        f'{python} failed to report its environment (importlib.metadata '
+        f'and sysconfig are needed; Python >= 3.9):\n{proc.stderr.strip()}')
+  try:
+    return json.loads(proc.stdout)
+  except ValueError as e:
+    raise errors.EnvironmentProblem(
+        f'{python} printed no environment report: {proc.stdout!r}') from e
 
 
-def _record_hashes(dist: importlib.metadata.Distribution) -> dict[str, str]:
-  out = {}
-  for f in dist.files or ():
-    if f.hash is None or f.hash.mode != 'sha256':
-      continue
-    value = f.hash.value
-    raw = base64.urlsafe_b64decode(value + '=' * (-len(value) % 4))
-    out[f.as_posix()] = raw.hex()
-  return out
+def detect(python: str | None = None) -> Environment:
+  """Describes the environment of the running Python or of ``python``.
 
-
-def detect() -> Environment:
-  """Describes the environment of the running Python.
+  Args:
+    python: the executable of another Python environment to inspect; None
+      for the running one. jax is never imported in either.
 
   Returns:
     The detected environment; ``jax_version`` is None if jax is absent.
+
+  Raises:
+    UsageError: ``python`` is not an executable.
+    EnvironmentProblem: ``python`` cannot report its environment.
   """
-  try:
-    dist = importlib.metadata.distribution('jax')
-  except importlib.metadata.PackageNotFoundError:
-    return Environment(platform.python_version(), None, _version('jaxlib'),
-                       None, {})
-  site_packages = os.path.abspath(str(dist.locate_file('')))
-  return Environment(
-      python_version=platform.python_version(),
-      jax_version=dist.version,
-      jaxlib_version=_version('jaxlib'),
-      site_packages=site_packages,
-      record=_record_hashes(dist),
-  )
+  if python is None:
+    return _from_probe(targetenv.probe())
+  return _from_probe(_probe_subprocess(python))

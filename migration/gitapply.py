@@ -85,6 +85,33 @@ def apply(patch: str, directory: str, reverse: bool = False) -> None:
   _apply(patch, directory, reverse, check=False)
 
 
+def try_apply(patch: str, directory: str, reverse: bool = False,
+              check_only: bool = True) -> tuple[bool, str]:
+  """Runs ``git apply -v`` and reports instead of raising on a conflict.
+
+  Args:
+    patch: path of a ``git format-patch`` file.
+    directory: directory the ``a/``/``b/`` paths are relative to.
+    reverse: use the reverse patch.
+    check_only: only check (``--check``); otherwise apply when it applies.
+
+  Returns:
+    Whether every hunk applies, and git's verbose output (it names hunks
+    applied at an offset, and the file and line of a failing hunk).
+
+  Raises:
+    EnvironmentProblem: git is missing.
+  """
+  args = ['apply', '-v', '-p1', '--whitespace=nowarn']
+  if reverse:
+    args.append('--reverse')
+  if check_only:
+    args.append('--check')
+  args.append(os.path.abspath(patch))
+  proc = _run(args, directory)
+  return proc.returncode == 0, (proc.stderr + proc.stdout).strip()
+
+
 def touched_files(patch: str) -> list[str]:
   """Returns the paths a patch touches, in patch order.
 

@@ -9,8 +9,9 @@ Layout of the patches directory::
 
 The manifest names the jax versions each series serves and, per version, the
 sha256 of every file the series touches: pristine (from the released wheel)
-and after each prefix of the series (after patch 1, after patches 1..2, ...).
-A hash of None means the file does not exist in that state.
+and after each prefix of the series (after patch 1, after patches 1..2, ...),
+and which patches a release already contains upstream (skipped there). A
+hash of None means the file does not exist in that state.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import tempfile
-import zipfile
 
+from migration import check
 from migration import errors
 from migration import gitapply
 from migration import wheels
@@ -58,11 +58,20 @@ class Series:
     patches: the patches, in order.
     hashes: version -> file path -> hashes, where ``hashes[k]`` is the sha256
       after the first ``k`` patches (``hashes[0]`` is pristine).
+    upstream: version -> names of the patches that release already contains
+      (they are skipped there: the hash after them is unchanged).
   """
   name: str
   directory: str
   patches: tuple[Patch, ...]
   hashes: dict[str, dict[str, tuple[str | None, ...]]]
+  upstream: dict[str, tuple[str, ...]] = dataclasses.field(
+      default_factory=dict)
+
+  def to_apply(self, version: str) -> list[Patch]:
+    """Returns the patches to apply to ``version`` (upstream ones left out)."""
+    skip = set(self.upstream.get(version, ()))
+    return [p for p in self.patches if p.name not in skip]
 
   @property
   def files(self) -> tuple[str, ...]:
@@ -81,7 +90,7 @@ class Manifest:
 
   def served_versions(self) -> list[str]:
     return sorted((v for s in self.series.values() for v in s.hashes),
-                  key=_version_key)
+                  key=version_key)
 
   def series_for(self, version: str) -> Series | None:
     """Returns the series serving jax ``version``, or None."""
@@ -90,8 +99,18 @@ class Manifest:
         return s
     return None
 
+  def series_near(self, version: str) -> Series:
+    """Returns the series of ``version``'s line (``jax-X.Y``), else the newest.
 
-def _version_key(v: str) -> tuple:
+    For checking a release the manifest does not serve.
+    """
+    line = 'jax-' + '.'.join(version.split('.')[:2])
+    if line in self.series:
+      return self.series[line]
+    return self.series[max(self.series, key=version_key)]
+
+
+def version_key(v: str) -> tuple:
   return tuple(int(x) if x.isdigit() else x for x in re.split(r'[.+]', v))
 
 
@@ -249,33 +268,40 @@ def load(patches_dir: str) -> Manifest:
       hashes[version] = {
           f: (h['pristine'], *h['after_patch'])
           for f, h in vraw['files'].items()}
-    series[sname] = Series(sname, directory, tuple(patches), hashes)
+    upstream = {v: tuple(vraw.get('upstream', ()))
+                for v, vraw in sraw['versions'].items()}
+    series[sname] = Series(sname, directory, tuple(patches), hashes,
+                           upstream)
   return Manifest(int(raw['release']), patches_dir, series)
 
 
-def _hash_states(series_dir: str, patches: list[Patch], wheel: str,
-                 files: list[str]) -> dict[str, tuple[str | None, ...]]:
-  """Applies the series to the wheel's files; hashes after each patch."""
+def _hash_states(patches: list[Patch], wheel: str, files: list[str]
+                 ) -> tuple[dict[str, tuple[str | None, ...]], list[str]]:
+  """Applies the series to the wheel's files; hashes after each patch.
+
+  Returns:
+    File -> hashes (pristine, after patch 1, ...), and the names of the
+    patches the release already contains (their hashes repeat).
+
+  Raises:
+    PatchDataError: a patch conflicts with the release.
+  """
   states: dict[str, list[str | None]] = {f: [] for f in files}
   with tempfile.TemporaryDirectory() as tmp:
-    with zipfile.ZipFile(wheel) as zf:
-      members = set(zf.namelist())
-      for f in files:
-        if f in members:
-          dest = os.path.join(tmp, *f.split('/'))
-          os.makedirs(os.path.dirname(dest), exist_ok=True)
-          with zf.open(f) as src, open(dest, 'wb') as out:
-            shutil.copyfileobj(src, out)
-    for k in range(len(patches) + 1):
-      if k:
-        try:
-          gitapply.apply(os.path.join(series_dir, patches[k - 1].name), tmp)
-        except errors.ConflictError as e:
-          raise errors.PatchDataError(
-              f'{os.path.basename(wheel)}: {e}') from e
+    wheels.extract(wheel, files, tmp)
+
+    def record(_, fit=None):
+      if fit is not None and fit.fit == check.Fit.CONFLICT:
+        raise errors.PatchDataError(
+            f'{os.path.basename(wheel)}: {fit.name} does not apply:\n'
+            f'{fit.message}')
       for f in files:
         states[f].append(sha256_path(os.path.join(tmp, *f.split('/'))))
-  return {f: tuple(h) for f, h in states.items()}
+
+    record(0)
+    fits = check.check_tree(patches, tmp, record)
+  upstream = [f.name for f in fits if f.fit == check.Fit.UPSTREAM]
+  return {f: tuple(h) for f, h in states.items()}, upstream
 
 
 def generate(patches_dir: str, serve: dict[str, list[str]] | None = None,
@@ -328,10 +354,11 @@ def generate(patches_dir: str, serve: dict[str, list[str]] | None = None,
         'patches': [{'name': p.name, 'sha256': p.sha256, 'files': list(p.files),
                      'subject': p.subject, 'dep3': p.dep3} for p in patches],
         'versions': {}}
-    for version in sorted(versions, key=_version_key):
+    for version in sorted(versions, key=version_key):
       wheel = wheels.pristine_wheel(version, wheel_dirs)
-      states = _hash_states(directory, patches, wheel, files)
+      states, upstream = _hash_states(patches, wheel, files)
       sout['versions'][version] = {
+          'upstream': upstream,
           'wheel': os.path.basename(wheel),
           'wheel_sha256': wheels.sha256_file(wheel),
           'files': {f: {'pristine': h[0], 'after_patch': list(h[1:])}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from migration import check
 from migration import errors
 from migration import state
 from migration import transaction
@@ -17,9 +18,13 @@ def status_dict(status: state.Status) -> dict[str, Any]:
   return {
       'state': str(status.overall),
       'message': status.message,
+      'patches_lost': status.lost,
+      'patched_wheel': status.wheel,
       'environment': {
           'python': env.python_version,
+          'python_executable': env.python,
           'jax': env.jax_version,
+          'jax_dist_version': env.dist_version,
           'jaxlib': env.jaxlib_version,
           'site_packages': env.site_packages,
           'warnings': env.warnings(),
@@ -29,7 +34,8 @@ def status_dict(status: state.Status) -> dict[str, Any]:
       'total': status.total,
       'patches': [
           {'name': p.name, 'subject': p.subject, 'dep3': p.dep3,
-           'applied': status.applied is not None and i < status.applied}
+           'applied': status.applied is not None and i < status.applied,
+           'state': str(status.patches[i]) if status.patches else None}
           for i, p in enumerate(series.patches)] if series else [],
       'files': [
           {'path': f.path, 'state': f.label, 'sha256': f.sha256,
@@ -50,9 +56,12 @@ def status_text(status: state.Status) -> str:
   """Returns the readable form of a status."""
   env = status.env
   lines = [f'State:         {status.overall}',
-           f'               {status.message}',
-           f'Python:        {env.python_version}',
-           f'jax:           {env.jax_version or "(not installed)"}',
+           f'               {status.message}']
+  if status.lost:
+    lines += [f'Patches lost:  {status.lost}']
+  lines += [f'Python:        {env.python_version}'
+            + (f' ({env.python})' if env.python else ''),
+            f'jax:           {env.dist_version or "(not installed)"}',
            f'jaxlib:        {env.jaxlib_version or "(not installed)"}']
   if env.site_packages:
     lines.append(f'site-packages: {env.site_packages}')
@@ -60,10 +69,9 @@ def status_text(status: state.Status) -> str:
   if status.series:
     lines += ['', f'Series {status.series.name}:']
     lines += _table(
-        ['#', 'PATCH', 'APPLIED', 'FORWARDED'],
+        ['#', 'PATCH', 'STATE', 'FORWARDED'],
         [[str(i + 1), p.name,
-          ('-' if status.applied is None
-           else 'yes' if i < status.applied else 'no'),
+          str(status.patches[i]) if status.patches else '-',
           p.dep3.get('Forwarded', '')]
          for i, p in enumerate(status.series.patches)])
   if status.files:
@@ -83,6 +91,9 @@ def result_dict(result: transaction.Result) -> dict[str, Any]:
       'files_changed': list(result.files),
       'recovered': result.recovered,
       'state_dir': result.state_dir,
+      'dry_run': result.dry_run,
+      'skipped_upstream': list(result.skipped),
+      'displaced': list(result.displaced),
       'before': status_dict(result.before),
       'after': status_dict(result.after),
   }
@@ -90,7 +101,8 @@ def result_dict(result: transaction.Result) -> dict[str, Any]:
 
 def result_text(result: transaction.Result) -> str:
   lines = [result.message]
-  lines += [f'  replaced {f}' for f in result.files]
+  verb = 'would replace' if result.dry_run else 'replaced'
+  lines += [f'  {verb} {f}' for f in result.files]
   return '\n'.join(lines) + '\n\n' + status_text(result.after)
 
 
@@ -106,3 +118,60 @@ def error_text(error: BaseException, code: errors.ExitCode) -> str:
 
 def to_json(data: dict[str, Any]) -> str:
   return json.dumps(data, indent=2, sort_keys=True)
+
+
+def check_dict(results: list[check.VersionCheck]) -> dict[str, Any]:
+  """Returns the JSON-able form of ``check``'s results."""
+  ok = all(r.ok for r in results)
+  return {
+      'command': 'check', 'ok': ok,
+      'exit_code': int(errors.ExitCode.OK if ok else errors.ExitCode.MODIFIED),
+      'versions': [
+          {'version': r.version, 'series': r.series, 'served': r.served,
+           'wheel': r.wheel, 'ok': r.ok,
+           'patches': [
+               {'name': p.name, 'result': str(p.fit),
+                'offsets': [{'file': f, 'hunk': h, 'line': ln, 'offset': o}
+                            for f, h, ln, o in p.offsets],
+                'conflicts': [
+                    {'file': c.path, 'hunk': c.hunk, 'line': c.line,
+                     'header': c.header, 'expected': list(c.expected),
+                     'found': list(c.found)} for c in p.conflicts],
+                'git_message': p.message}
+               for p in r.patches]}
+          for r in results]}
+
+
+def check_text(results: list[check.VersionCheck]) -> str:
+  """Returns the readable form of ``check``'s results."""
+  lines: list[str] = []
+  for r in results:
+    served = 'served' if r.served else 'not served by this release'
+    lines.append(f'jax {r.version} ({served}; series {r.series}, '
+                 f'{r.wheel}):')
+    rows = []
+    for i, p in enumerate(r.patches):
+      detail = ''
+      if p.offsets:
+        offsets = [o for _, _, _, o in p.offsets]
+        detail = (f'{len(offsets)} hunk(s), offset {min(offsets):+d}'
+                  + (f'..{max(offsets):+d}' if max(offsets) != min(offsets)
+                     else '') + ' lines')
+      elif p.conflicts:
+        detail = ', '.join(f'{c.path.rsplit("/", 1)[-1]} hunk #{c.hunk} at '
+                           f'{c.line}' for c in p.conflicts)
+      rows.append([str(i + 1), p.name, str(p.fit), detail])
+    lines += ['  ' + ln for ln in _table(['#', 'PATCH', 'RESULT', 'WHERE'],
+                                         rows)]
+    for p in r.patches:
+      for c in p.conflicts:
+        lines.append(f'  {p.name}: {c.path}, hunk #{c.hunk} (@@ {c.header}) '
+                     f'expected at line {c.line}:')
+        lines += [f'    | {x}' for x in c.expected]
+        lines.append('  the file has there:')
+        lines += [f'    | {x}' for x in c.found]
+    lines.append('')
+  ok = all(r.ok for r in results)
+  lines.append('All patches fit.' if ok else
+               'Conflicts found (exit code 4); only exact context counts.')
+  return '\n'.join(lines)

@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
+import shutil
+import tempfile
 
 from migration import environment
+from migration import gitapply
 from migration import manifest as manifest_lib
+from migration import record as record_lib
+
+
+class PatchState(enum.StrEnum):
+  """State of one patch of the series in the installed files."""
+  APPLIED = 'applied'
+  NOT_APPLIED = 'not applied'
+  UPSTREAM = 'merged upstream'
+  CONFLICTING = 'conflicting'
+  UNKNOWN = 'unknown'
 
 
 class Overall(enum.StrEnum):
@@ -60,6 +74,10 @@ class Status:
     series: the series serving the installed version, if any.
     applied: number of applied patches when consistent, else None.
     files: per-file states.
+    patches: per-patch states, in series order.
+    lost: set when this tool patched the environment and the patches were
+      lost since (jax reinstalled or upgraded): what happened.
+    wheel: whether jax was installed from this project's patched wheel.
   """
   env: environment.Environment
   overall: Overall
@@ -67,6 +85,9 @@ class Status:
   series: manifest_lib.Series | None = None
   applied: int | None = None
   files: tuple[FileState, ...] = ()
+  patches: tuple[PatchState, ...] = ()
+  lost: str | None = None
+  wheel: bool = False
 
   @property
   def total(self) -> int:
@@ -76,8 +97,71 @@ class Status:
     return [f.path for f in self.files if not f.applied]
 
 
+def _patch_states(env: environment.Environment, series: manifest_lib.Series,
+                  applied: int | None) -> tuple[PatchState, ...]:
+  """Per patch: applied, not applied, merged upstream or conflicting.
+
+  A consistent state is read off the hashes. Otherwise (modified or mixed
+  files) the patches are tried on a copy of the installed files: first each
+  applied patch is peeled off, newest first (it reverse-applies), then the
+  series is replayed oldest first, so that each patch is checked on top of
+  the ones before it. Without git, such patches are ``unknown``.
+  """
+  upstream = set(series.upstream.get(env.jax_version, ()))
+  if applied is not None or shutil.which('git') is None:
+    out = []
+    for i, p in enumerate(series.patches):
+      if p.name in upstream:
+        out.append(PatchState.UPSTREAM)
+      elif applied is None:
+        out.append(PatchState.UNKNOWN)
+      else:
+        out.append(PatchState.APPLIED if i < applied
+                   else PatchState.NOT_APPLIED)
+    return tuple(out)
+  patches = [p for p in series.patches if p.name not in upstream]
+  found: dict[str, PatchState] = {}
+  with tempfile.TemporaryDirectory(prefix='jax-interpret-status-') as tmp:
+    for f in series.files:
+      if os.path.exists(env.path(f)):
+        dest = os.path.join(tmp, *f.split('/'))
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copyfile(env.path(f), dest)
+    for p in reversed(patches):
+      if gitapply.try_apply(p.path, tmp, reverse=True, check_only=False)[0]:
+        found[p.name] = PatchState.APPLIED
+    for p in patches:
+      if gitapply.try_apply(p.path, tmp, check_only=False)[0]:
+        found.setdefault(p.name, PatchState.NOT_APPLIED)
+      else:
+        found[p.name] = PatchState.CONFLICTING
+  return tuple(found.get(p.name, PatchState.UPSTREAM)
+               for p in series.patches)
+
+
 def classify(env: environment.Environment,
              manifest: manifest_lib.Manifest) -> Status:
+  """Classifies the target files of ``env`` and checks for lost patches.
+
+  Args:
+    env: the environment to inspect.
+    manifest: the loaded manifest.
+
+  Returns:
+    The status; never raises for an unsupported or modified installation.
+  """
+  status = _classify(env, manifest)
+  patches = ()
+  if status.series is not None and status.overall != Overall.UNSUPPORTED:
+    patches = _patch_states(env, status.series, status.applied)
+  patched = status.overall in (Overall.PATCHED, Overall.PARTLY_PATCHED)
+  lost = record_lib.lost_message(env, record_lib.find(env),
+                                 status.overall == Overall.PRISTINE, patched)
+  return dataclasses.replace(status, patches=patches, lost=lost)
+
+
+def _classify(env: environment.Environment,
+              manifest: manifest_lib.Manifest) -> Status:
   """Classifies the target files of ``env``.
 
   Args:
@@ -104,18 +188,22 @@ def classify(env: environment.Environment,
     current = manifest_lib.sha256_path(env.path(path))
     applied = tuple(k for k, h in enumerate(states) if h == current)
     files.append(FileState(path, current, applied, n, env.record.get(path)))
+  wheel = env.wheel_release is not None
   for f in files:
-    if f.record_sha256 and f.record_sha256 != hashes[f.path][0]:
+    released = hashes[f.path][n if wheel else 0]
+    if f.record_sha256 and f.record_sha256 != released:
+      what = (f'the patched wheel of {series.name} ({n} patches)' if wheel
+              else 'the released wheel')
       return Status(env, Overall.UNSUPPORTED,
-                    f'The installed jax {env.jax_version} is not the released '
-                    f'wheel: RECORD lists sha256 {f.record_sha256} for '
-                    f'{f.path}, the release has {hashes[f.path][0]}.',
-                    series, None, tuple(files))
+                    f'The installed jax {env.dist_version} is not {what}: '
+                    f'RECORD lists sha256 {f.record_sha256} for {f.path}, '
+                    f'expected {released}.', series, None, tuple(files),
+                    wheel=wheel)
   modified = [f.path for f in files if not f.applied]
   if modified:
     return Status(env, Overall.LOCALLY_MODIFIED,
                   f'Locally modified (unknown content): {", ".join(modified)}.',
-                  series, None, tuple(files))
+                  series, None, tuple(files), wheel=wheel)
   common = set(range(n + 1))
   for f in files:
     common &= set(f.applied)
@@ -124,15 +212,20 @@ def classify(env: environment.Environment,
                   'Files are at different points of the series ('
                   + ', '.join(f'{f.path}: {f.label}' for f in files)
                   + '); an interrupted run or a manual edit.',
-                  series, None, tuple(files))
-  k = max(common)
+                  series, None, tuple(files), wheel=wheel)
+  # Patches a release already contains leave the hashes unchanged, so
+  # several k can match: prefer the ends of the series.
+  k = n if n in common else 0 if 0 in common else max(common)
   if k == 0:
     overall, msg = Overall.PRISTINE, f'jax {env.jax_version} is pristine.'
   elif k == n:
     overall = Overall.PATCHED
     msg = f'jax {env.jax_version} is patched with {series.name} ({n}/{n}).'
+    if wheel:
+      msg = (f'jax {env.dist_version} is the patched wheel of release '
+             f'{env.wheel_release}: {series.name} ({n}/{n}).')
   else:
     overall = Overall.PARTLY_PATCHED
     msg = (f'jax {env.jax_version} is partly patched with {series.name} '
            f'({k}/{n}).')
-  return Status(env, overall, msg, series, k, tuple(files))
+  return Status(env, overall, msg, series, k, tuple(files), wheel=wheel)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
+import shutil
 import tempfile
+import zipfile
 
 from absl import logging
 
@@ -54,8 +57,12 @@ def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
     Path of the wheel file.
 
   Raises:
+    UsageError: ``version`` is not a version number.
+    UnsupportedError: the package index has no such jax release.
     EnvironmentProblem: the wheel is not found and cannot be downloaded.
   """
+  if not re.fullmatch(r'\d+(\.\d+)*((a|b|rc|\.post|\.dev)\d+)*', version):
+    raise errors.UsageError(f'{version!r} is not a jax version number.')
   name = wheel_name(version)
   cache = cache_dir()
   for d in (*extra_dirs, cache):
@@ -73,8 +80,37 @@ def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
     logging.info('Downloading %s: %s', name, ' '.join(cmd))
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     downloaded = os.path.join(tmp, name)
+    if proc.returncode != 0 and 'No matching distribution' in proc.stderr:
+      raise errors.UnsupportedError(
+          f'jax {version} is not a release on the package index (pip found '
+          f'no {name}).')
     if proc.returncode != 0 or not os.path.isfile(downloaded):
       raise errors.EnvironmentProblem(
           f'Could not download {name} with pip:\n{proc.stderr.strip()}')
     os.replace(downloaded, os.path.join(cache, name))
   return os.path.join(cache, name)
+
+
+def extract(wheel: str, members, dest: str) -> list[str]:
+  """Extracts the named files of a wheel into ``dest`` (absent ones skipped).
+
+  Args:
+    wheel: path of the wheel.
+    members: paths inside the wheel, e.g. ``jax/_src/...py``.
+    dest: the directory that becomes the root of those paths.
+
+  Returns:
+    The members that were present and extracted.
+  """
+  out = []
+  with zipfile.ZipFile(wheel) as zf:
+    names = set(zf.namelist())
+    for f in members:
+      if f not in names:
+        continue
+      target = os.path.join(dest, *f.split('/'))
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      with zf.open(f) as src, open(target, 'wb') as out_f:
+        shutil.copyfileobj(src, out_f)
+      out.append(f)
+  return out

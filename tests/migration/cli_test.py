@@ -8,7 +8,8 @@ venv's Python, ``PYTHONPATH=<repo root>``.
 
 from __future__ import annotations
 
-import contextlib
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -25,7 +26,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
+from migration import hunks  # noqa: E402
 from migration import manifest as manifest_lib  # noqa: E402
+from migration import transaction  # noqa: E402
 from migration import wheels  # noqa: E402
 
 VERSION = os.environ.get('JAX_INTERPRET_PATCHES_TEST_VERSION', '0.12.0.1')
@@ -83,8 +86,7 @@ class MigrationCliTest(absltest.TestCase):
     for f, data in self.pristine.items():
       with open(self.path(f), 'wb') as out:
         out.write(data)
-    with contextlib.suppress(FileNotFoundError):
-      os.remove(os.path.join(self.state_dir, 'journal.json'))
+    shutil.rmtree(self.state_dir, ignore_errors=True)
     subprocess.run([self.python, '-m', 'compileall', '-q',
                     os.path.dirname(self.path(self.files[0]))], check=True)
 
@@ -99,13 +101,15 @@ class MigrationCliTest(absltest.TestCase):
     return {f: self.read(f) for f in self.files}
 
   def run_tool(self, *args: str, env: dict[str, str] | None = None,
-               expect: int | None = 0) -> subprocess.CompletedProcess[str]:
+               expect: int | None = 0, python: str | None = None
+               ) -> subprocess.CompletedProcess[str]:
     full_env = dict(os.environ)
     full_env['PYTHONPATH'] = os.pathsep.join([REPO, self.deps])
     full_env.pop('JAX_INTERPRET_PATCHES_DIR', None)
     full_env.pop('JAX_INTERPRET_PATCHES_STATE_DIR', None)
+    full_env.pop(transaction.KILL_ENV, None)
     full_env.update(env or {})
-    proc = subprocess.run([self.python, '-m', 'migration', *args],
+    proc = subprocess.run([python or self.python, '-m', 'migration', *args],
                           cwd=self.root, env=full_env, capture_output=True,
                           text=True, check=False)
     if expect is not None:
@@ -141,7 +145,8 @@ class MigrationCliTest(absltest.TestCase):
 
   def test_usage_error(self):
     proc = self.run_tool('frobnicate', expect=2)
-    self.assertIn('status, apply, revert', proc.stderr)
+    self.assertIn('status, check, apply, revert, wheel, fork, refresh',
+                  proc.stderr)
     self.run_tool('status', '--no_such_flag', expect=2)
 
   def test_status_pristine(self):
@@ -335,6 +340,263 @@ class MigrationCliTest(absltest.TestCase):
     data = json.loads(proc.stdout)
     self.assertEqual((data['ok'], data['exit_code'], data['error']),
                      (False, 3, 'unsupported'))
+
+  # Issue #4: lost patches, per-patch states, --python, --dry_run, --force,
+  # kill -9 at every step, concurrent runs, upstream-merged patches.
+
+  def test_status_flags_patches_lost_after_reinstall(self):
+    self.run_tool('apply')
+    # What `pip install --force-reinstall jax` does to the target files.
+    for f, data in self.pristine.items():
+      with open(self.path(f), 'wb') as out:
+        out.write(data)
+    data = self.status_json()
+    self.assertEqual(data['state'], 'pristine')
+    self.assertIn('jax reinstalled', data['patches_lost'])
+    self.assertIn('Patches lost:', self.run_tool('status').stdout)
+    self._edit_metadata_version('0.6.0')
+    data = self.status_json()
+    self.assertEqual(data['state'], 'unsupported')
+    self.assertIn('reinstalled as 0.6.0', data['patches_lost'])
+
+  def test_patches_lost_cleared_by_apply_or_revert(self):
+    self.run_tool('apply')
+    for f, data in self.pristine.items():
+      with open(self.path(f), 'wb') as out:
+        out.write(data)
+    self.assertIn('Forgot', self.run_tool('revert').stdout)
+    self.assertIsNone(self.status_json()['patches_lost'])
+    self.run_tool('apply')
+    self.assertIsNone(self.status_json()['patches_lost'])
+
+  def test_status_per_patch_states(self):
+    names = [p.name for p in self.series.patches]
+    states = [p['state'] for p in self.status_json()['patches']]
+    self.assertEqual(states, ['not applied'] * len(names))
+    self.run_tool('apply')
+    states = [p['state'] for p in self.status_json()['patches']]
+    self.assertEqual(states, ['applied'] * len(names))
+    # A local edit outside every hunk (a line at the top; not at the end,
+    # where a hunk that ends the file must stay at the end): each patch is
+    # still seen as applied.
+    data = self.read(self.files[-1])
+    with open(self.path(self.files[-1]), 'wb') as f:
+      f.write(b'# local edit\n' + data)
+    data = self.status_json()
+    self.assertEqual(data['state'], 'locally modified')
+    self.assertEqual([p['state'] for p in data['patches']],
+                     ['applied'] * len(names))
+    # From the released files, an edit of a line the first hunk of patch 1
+    # expects: patch 1 conflicts.
+    self.run_tool('apply', '--force')
+    self.run_tool('revert')
+    first = self.series.patches[0]
+    with open(first.path, encoding='utf-8') as f:
+      hunk = hunks.parse(f.read())[0]
+    text = self.pristine[hunk.path].decode()
+    line = max((x for x in hunk.expected if text.count(x) == 1), key=len)
+    with open(self.path(hunk.path), 'w', encoding='utf-8') as f:
+      f.write(text.replace(line, '# edited away', 1))
+    data = self.status_json()
+    self.assertEqual(data['patches'][0]['state'], 'conflicting')
+
+  def test_status_never_imports_jax(self):
+    # A jax that cannot be imported: status must not notice. (How fast it is
+    # is measured in benchmarks/, not here.)
+    init = os.path.join(self.site, 'jax', '__init__.py')
+    with open(init, 'rb') as f:
+      original = f.read()
+    self.addCleanup(lambda: open(init, 'wb').write(original))
+    with open(init, 'ab') as f:
+      f.write(b'\nraise RuntimeError("jax was imported")\n')
+    self.run_tool('status')
+    self.run_tool('apply')
+    self.run_tool('revert')
+
+  def test_python_flag_targets_another_environment(self):
+    # The tool runs in this test's Python; the target is the venv.
+    target = f'--python={self.python}'
+    data = json.loads(self.run_tool('status', '--json', target,
+                                    python=sys.executable).stdout)
+    self.assertEqual(data['environment']['site_packages'], self.site)
+    self.assertEqual(data['environment']['jax'], VERSION)
+    proc = self.run_tool('apply', target, '--dry-run', python=sys.executable)
+    self.assertIn('Dry run', proc.stdout)
+    self.assertPristine()
+    self.assertFalse(os.path.exists(self.state_dir))
+    self.run_tool('apply', target, python=sys.executable)
+    self.assertEqual(self.status_json()['state'], 'patched')
+    self.run_tool('revert', target, python=sys.executable)
+    self.assertPristine()
+
+  def test_python_flag_bad_inputs(self):
+    proc = self.run_tool('status', '--python=/nonexistent/python', expect=2)
+    self.assertIn('not an executable', proc.stderr)
+    bare = os.path.join(self.root, 'bare')
+    if not os.path.exists(bare):
+      subprocess.run([sys.executable, '-m', 'venv', '--without-pip', bare],
+                     check=True)
+    bare_python = os.path.join(bare, 'bin', 'python')
+    data = json.loads(self.run_tool('status', '--json',
+                                    f'--python={bare_python}').stdout)
+    self.assertEqual(data['state'], 'not installed')
+    proc = self.run_tool('apply', f'--python={bare_python}', expect=3)
+    self.assertIn('jax is not installed', proc.stderr)
+
+  def test_dry_run_changes_nothing(self):
+    proc = self.run_tool('apply', '--dry_run', '--json')
+    data = json.loads(proc.stdout)
+    self.assertTrue(data['dry_run'])
+    self.assertFalse(data['changed'])
+    self.assertEqual(sorted(data['files_changed']), sorted(self.files))
+    self.assertPristine()
+    self.assertFalse(os.path.exists(self.state_dir))
+    self.run_tool('apply')
+    patched = self.snapshot()
+    self.run_tool('revert', '--dry-run')
+    self.assertEqual(self.snapshot(), patched)
+
+  def test_force_sets_modified_file_aside_and_revert_restores_it(self):
+    target = self.files[-1]
+    with open(self.path(target), 'ab') as f:
+      f.write(b'# local edit\n')
+    modified = self.snapshot()
+    self.run_tool('apply', '--force', '--dry-run')
+    self.assertEqual(self.snapshot(), modified)
+    proc = self.run_tool('apply', '--force')
+    self.assertIn('Set aside', proc.stdout)
+    self.assertEqual(self.status_json()['state'], 'patched')
+    proc = self.run_tool('revert')
+    self.assertIn('Restored', proc.stdout)
+    self.assertEqual(self.snapshot(), modified)  # Byte for byte.
+    proc = self.run_tool('revert', '--force', expect=2)
+    self.assertIn('only for apply', proc.stderr)
+
+  def _kill_at(self, command: str, step: str):
+    env = {transaction.KILL_ENV: step}
+    proc = self.run_tool(command, env=env, expect=None)
+    self.assertEqual(proc.returncode, -9, f'{step}: {proc.stderr}')
+
+  def test_kill_9_at_every_step(self):
+    self.run_tool('apply')
+    patched = self.snapshot()
+    self.run_tool('revert')
+    for i, step in enumerate(transaction.STEPS):
+      with self.subTest(step=step):
+        if i % 2 == 0:
+          # Killed apply, then revert: pristine, byte for byte.
+          self._kill_at('apply', step)
+          self.run_tool('revert')
+          self.assertPristine()
+        # Killed apply, then apply: fully patched.
+        self._kill_at('apply', step)
+        self.run_tool('apply')
+        self.assertEqual(self.snapshot(), patched)
+        # Killed revert, then revert: pristine.
+        self._kill_at('revert', step)
+        self.run_tool('revert')
+        self.assertPristine()
+        self.assertFalse(os.path.exists(
+            os.path.join(self.state_dir, 'journal.json')))
+    self.assertEqual(self.status_json()['state'], 'pristine')
+
+  def test_concurrent_applies_end_with_one_clean_result(self):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, self.deps]))
+    procs = [subprocess.Popen(
+        [self.python, '-m', 'migration', 'apply', '--json',
+         '--lock_timeout=120'], cwd=self.root, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    results = []
+    for p in procs:
+      out, err = p.communicate()
+      self.assertEqual(p.returncode, 0, err)
+      results.append(json.loads(out))
+    self.assertEqual(sum(r['changed'] for r in results), 1)
+    self.assertEqual(self.status_json()['state'], 'patched')
+    self.run_tool('revert')
+    self.assertPristine()
+
+  def test_patch_already_upstream_is_skipped(self):
+    # A release that already contains patch 1: the released wheel with
+    # patch 1 applied (and its RECORD updated), served by a manifest
+    # generated from it.
+    first = self.series.patches[0]
+    wheel_dir = os.path.join(self.root, 'upstream-wheels')
+    os.makedirs(wheel_dir, exist_ok=True)
+    fake = os.path.join(wheel_dir, os.path.basename(self.wheel))
+    _wheel_with_patch(self.wheel, first.path, fake)
+    patches = os.path.join(self.root, 'upstream-patches')
+    shutil.rmtree(patches, ignore_errors=True)
+    shutil.copytree(PATCHES, patches)
+    manifest_lib.generate(patches, wheel_dirs=(wheel_dir, *WHEEL_DIRS))
+    loaded = manifest_lib.load(patches)
+    self.assertEqual(loaded.series[self.series.name].upstream[VERSION],
+                     (first.name,))
+    # Install it as pip would (its files and RECORD), restored afterwards.
+    record = os.path.join(self.site, f'jax-{VERSION}.dist-info', 'RECORD')
+    with open(record, encoding='utf-8') as f:
+      original = f.read()
+    self.addCleanup(lambda: open(record, 'w', encoding='utf-8').write(
+        original))
+    with zipfile.ZipFile(fake) as zf:
+      for f in self.files:
+        with open(self.path(f), 'wb') as out:
+          out.write(zf.read(f))
+      with open(record, 'w', encoding='utf-8') as out:
+        out.write(zf.read(f'jax-{VERSION}.dist-info/RECORD').decode())
+    released = self.snapshot()
+    flag = f'--patches_dir={patches}'
+    data = json.loads(self.run_tool('status', '--json', flag).stdout)
+    self.assertEqual(data['state'], 'pristine')
+    self.assertEqual(data['patches'][0]['state'], 'merged upstream')
+    # The stock manifest's check reports patch 1 as already upstream.
+    proc = self.run_tool('check', f'--wheel_dir={wheel_dir}', expect=0)
+    self.assertIn('already upstream', proc.stdout)
+    proc = self.run_tool('apply', flag, '--json')
+    result = json.loads(proc.stdout)
+    self.assertEqual(result['skipped_upstream'], [first.name])
+    self.assertEqual(result['after']['state'], 'patched')
+    self.run_tool('revert', flag)
+    self.assertEqual(self.snapshot(), released)
+
+  def test_check_installed_version(self):
+    data = json.loads(self.run_tool('check', '--json').stdout)
+    self.assertTrue(data['ok'])
+    (version,) = data['versions']
+    self.assertEqual(version['version'], VERSION)
+    self.assertEqual({p['result'] for p in version['patches']}, {'applies'})
+
+  def test_wheel_needs_the_wheel_package(self):
+    # The venv has no `wheel` package (only pip).
+    proc = self.run_tool('wheel', '-o', os.path.join(self.root, 'out'),
+                         expect=5)
+    self.assertIn('pip install wheel', proc.stderr)
+
+
+def _wheel_with_patch(wheel: str, patch: str, dest: str) -> None:
+  """Writes a copy of ``wheel`` with ``patch`` applied and RECORD updated."""
+  with tempfile.TemporaryDirectory() as tmp:
+    with zipfile.ZipFile(wheel) as zf:
+      zf.extractall(tmp)
+      names = zf.namelist()
+    subprocess.run(['git', 'apply', '-p1', patch], cwd=tmp, check=True)
+    record = next(n for n in names if n.endswith('.dist-info/RECORD'))
+    rows = []
+    for n in names:
+      if n == record:
+        rows.append(f'{n},,')
+        continue
+      with open(os.path.join(tmp, n), 'rb') as f:
+        data = f.read()
+      digest = base64.urlsafe_b64encode(
+          hashlib.sha256(data).digest()).rstrip(b'=').decode()
+      rows.append(f'{n},sha256={digest},{len(data)}')
+    with open(os.path.join(tmp, record), 'w') as f:
+      f.write('\n'.join(rows) + '\n')
+    with zipfile.ZipFile(dest, 'w', zipfile.ZIP_DEFLATED) as out:
+      for n in names:
+        out.write(os.path.join(tmp, n), n)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,162 @@
+"""Build a patched jax wheel from the released one.
+
+The released wheel is unpacked and repacked with the ``wheel`` package
+(``python -m wheel unpack`` / ``pack``); in between, the series is applied
+and verified against the manifest, and the version gets the PEP 440 local
+label ``+interpret.N`` (N = this project's release): the dist-info folder is
+renamed and METADATA's ``Version`` rewritten; ``pack`` regenerates RECORD
+with the new hashes. ``jax/version.py`` is left alone, so jax still reports
+(and pairs with jaxlib as) the upstream version.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import importlib.util
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+from absl import logging
+
+from migration import errors
+from migration import gitapply
+from migration import manifest as manifest_lib
+from migration import wheels
+
+
+def label(release: int) -> str:
+  """Returns the local version label of release ``release``."""
+  return f'interpret.{release}'
+
+
+def _wheel_tool(args: list[str]) -> None:
+  if importlib.util.find_spec('wheel') is None:
+    raise errors.EnvironmentProblem(
+        'Building a wheel needs the `wheel` package in this Python '
+        f'({sys.executable}): pip install wheel')
+  # A fixed timestamp for the zip entries: the same inputs give the same
+  # wheel, byte for byte.
+  env = dict(os.environ)
+  env.setdefault('SOURCE_DATE_EPOCH', '946684800')
+  proc = subprocess.run([sys.executable, '-m', 'wheel', *args], env=env,
+                        capture_output=True, text=True, check=False)
+  if proc.returncode != 0:
+    raise errors.EnvironmentProblem(
+        f'python -m wheel {args[0]} failed:\n{proc.stderr.strip()}')
+
+
+def _set_version(metadata: str, old: str, new: str) -> None:
+  """Rewrites the ``Version:`` header of a METADATA file in place."""
+  with open(metadata, 'rb') as f:
+    data = f.read()
+  head, sep, body = data.partition(b'\n\n')
+  head, count = re.subn(rb'^Version: ' + re.escape(old.encode()) + rb'$',
+                        b'Version: ' + new.encode(), head, count=1,
+                        flags=re.MULTILINE)
+  if count != 1:
+    raise errors.PatchDataError(f'{metadata} has no "Version: {old}" line.')
+  with open(metadata, 'wb') as f:
+    f.write(head + sep + body)
+
+
+def verify_record(wheel: str) -> None:
+  """Checks every RECORD hash and size of ``wheel``.
+
+  Raises:
+    PatchDataError: an entry is missing or its hash or size is wrong.
+  """
+  with zipfile.ZipFile(wheel) as zf:
+    names = set(zf.namelist())
+    record = next(n for n in names if n.endswith('.dist-info/RECORD'))
+    rows = list(csv.reader(io.StringIO(zf.read(record).decode())))
+    listed = set()
+    for row in rows:
+      if not row:
+        continue
+      path, digest, size = row
+      listed.add(path)
+      if path == record:
+        continue
+      data = zf.read(path)
+      algo, _, value = digest.partition('=')
+      want = base64.urlsafe_b64encode(
+          hashlib.new(algo, data).digest()).rstrip(b'=').decode()
+      if value != want or int(size) != len(data):
+        raise errors.PatchDataError(f'{wheel}: RECORD is wrong for {path}.')
+    unlisted = {n for n in names if not n.endswith('/')} - listed
+    if unlisted:
+      raise errors.PatchDataError(
+          f'{wheel}: RECORD does not list {sorted(unlisted)[:3]}.')
+
+
+def build(manifest: manifest_lib.Manifest, version: str, out_dir: str,
+          wheel_dirs: tuple[str, ...] = ()) -> str:
+  """Builds ``jax-VERSION+interpret.N-py3-none-any.whl`` into ``out_dir``.
+
+  Args:
+    manifest: the loaded manifest (its release is N).
+    version: a jax version the manifest serves.
+    out_dir: where to write the wheel (created if needed).
+    wheel_dirs: directories searched for the released wheel before the
+      cache.
+
+  Returns:
+    The path of the patched wheel.
+
+  Raises:
+    UnsupportedError: ``version`` is not served.
+    PatchDataError: the series does not give the manifest's hashes.
+    EnvironmentProblem: git or the ``wheel`` package is missing, or the
+      released wheel cannot be fetched.
+  """
+  series = manifest.series_for(version)
+  if series is None:
+    raise errors.UnsupportedError(
+        f'jax {version} is not served by this release; served versions: '
+        f'{", ".join(manifest.served_versions())}.')
+  gitapply.git_executable()
+  pristine = wheels.pristine_wheel(version, wheel_dirs)
+  new_version = f'{version}+{label(manifest.release)}'
+  expected = series.hashes[version]
+  os.makedirs(out_dir, exist_ok=True)
+  with tempfile.TemporaryDirectory(prefix='jax-interpret-wheel-') as tmp:
+    _wheel_tool(['unpack', '-d', tmp, pristine])
+    root = os.path.join(tmp, f'jax-{version}')
+
+    def hashes() -> dict[str, str | None]:
+      return {f: manifest_lib.sha256_path(os.path.join(root, *f.split('/')))
+              for f in expected}
+
+    if hashes() != {f: h[0] for f, h in expected.items()}:
+      raise errors.PatchDataError(
+          f'{pristine} does not hold the released files the manifest names.')
+    for p in series.to_apply(version):
+      logging.info('Applying %s', p.name)
+      gitapply.apply(p.path, root)
+    if hashes() != {f: h[-1] for f, h in expected.items()}:
+      raise errors.PatchDataError(
+          f'The patched files of jax {version} do not match the manifest.')
+    old_info = os.path.join(root, f'jax-{version}.dist-info')
+    new_info = os.path.join(root, f'jax-{new_version}.dist-info')
+    os.rename(old_info, new_info)
+    _set_version(os.path.join(new_info, 'METADATA'), version, new_version)
+    os.remove(os.path.join(new_info, 'RECORD'))  # pack writes a new one.
+    staging = os.path.join(tmp, 'out')
+    os.makedirs(staging)
+    _wheel_tool(['pack', '-d', staging, root])
+    built = os.listdir(staging)
+    if len(built) != 1:
+      raise errors.MigrationError(f'wheel pack wrote {built}.')
+    verify_record(os.path.join(staging, built[0]))
+    dest = os.path.join(out_dir, built[0])
+    shutil.copyfile(os.path.join(staging, built[0]), dest + '.tmp')
+    os.replace(dest + '.tmp', dest)
+  return dest
