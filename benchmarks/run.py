@@ -1,0 +1,190 @@
+# Copyright 2026 The JAX Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+r"""Ratio benchmarks of the patch series (issue #7). Not timed tests.
+
+Usage: python benchmarks/run.py [--quick] [--stock-python PY]
+                                [--patched-python PY] [--only FIGURES]
+
+Runs the workloads in `benchmarks/workloads/` in subprocesses, with a stock
+and a patched jax 0.12.0.1 (by default venvs under `.venvs/`, made or reused
+as needed: see `venvs.py`), and prints every figure as a ratio of two things
+measured in the same run (medians over repeats), each with `goal met` or
+`goal missed by X`:
+
+1. overhead    patched / stock, kernels using neither feature (<= 1.02)
+2. polling     non-decrementing wait / wait + re-signal (<= 0.6), and the
+               CPU a blocked wait burns
+3. wakeup      signal -> return of a blocked wait (median < 1 ms)
+4. collective  collective / private scratch on 4 cores (<= 1.1), one
+               allocation of the shared table
+5. migration   status (< 0.3 s, no jax import), apply+revert (< 2 s), wheel
+
+Stock/patched processes alternate (ABBA...) so that drift from other load on
+the machine affects both alike. Times are CPU times of the workload process
+(all threads): per process the fastest of its repeats, then the median over
+processes; the medians of all calls (CPU and wall) are printed beside them.
+Nothing here asserts on time; the exit code is 0 unless a workload fails.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import shlex
+import subprocess
+import sys
+import time
+
+import figures
+import venvs
+
+HERE = pathlib.Path(__file__).resolve().parent
+WORKLOADS = HERE / 'workloads'
+RESULT_PREFIX = 'BENCH_RESULT '
+FIGURES = ('overhead', 'polling', 'wakeup', 'collective', 'migration')
+
+# Per size: processes (overhead: stock/patched pairs) and timed calls each.
+PLAN = {
+    'quick': dict(overhead=(2, 10), polling=(1, 3), wakeup=(1, 2),
+                  collective=(1, 8), migration=(3, 1)),
+    'default': dict(overhead=(6, 30), polling=(2, 5), wakeup=(1, 4),
+                    collective=(2, 20), migration=(7, 3)),
+}
+
+
+def _log(message: str) -> None:
+  print(f'[run] {message}', file=sys.stderr, flush=True)
+
+
+def run_workload(python: str, script: str, *args: str) -> dict:
+  """Runs `python workloads/<script> *args`; returns its JSON result."""
+  cmd = [python, str(WORKLOADS / script), *args]
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONUNBUFFERED='1')
+  start = time.perf_counter()
+  proc = subprocess.run(cmd, cwd=venvs.ROOT, env=env, text=True,
+                        capture_output=True, check=False)
+  _log(f'{script} {" ".join(args)} with {python}: '
+       f'{time.perf_counter() - start:.1f} s')
+  for line in proc.stdout.splitlines():
+    if line.startswith(RESULT_PREFIX):
+      return json.loads(line[len(RESULT_PREFIX):])
+  raise RuntimeError(
+      f'{shlex.join(cmd)} exited with {proc.returncode} and no result:\n'
+      f'{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}')
+
+
+def machine() -> list[str]:
+  """nproc, CPU model, load and versions, for the report."""
+  model = 'unknown'
+  try:
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        if line.startswith('model name'):
+          model = line.split(':', 1)[1].strip()
+          break
+  except OSError:
+    pass
+  load = ' '.join(f'{x:.2f}' for x in os.getloadavg())
+  return [f'nproc {len(os.sched_getaffinity(0))}, CPU {model}, '
+          f'load average {load}, {platform.system()} {platform.release()}']
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  parser.add_argument('--quick', action='store_true',
+                      help='fewer repeats and smaller loops (~1 minute)')
+  for variant, state in venvs.WANTED_STATE.items():
+    default = venvs.default_dir(variant).relative_to(venvs.ROOT)
+    parser.add_argument(
+        f'--{variant}-python',
+        help=f'interpreter with {state} jax {venvs.JAX_VERSION} (default: '
+        f'make or reuse {default})')
+  parser.add_argument('--only', default=','.join(FIGURES),
+                      help='comma-separated subset of ' + ','.join(FIGURES))
+  args = parser.parse_args(argv)
+  only = args.only.split(',')
+  if unknown := set(only) - set(FIGURES):
+    parser.error(f'unknown figures {sorted(unknown)}; choose from {FIGURES}')
+  size = 'quick' if args.quick else 'default'
+  plan = PLAN[size]
+  started = time.perf_counter()
+  header = machine()
+
+  stock = venvs.ensure('stock', args.stock_python)
+  patched = venvs.ensure('patched', args.patched_python)
+  header += [f'stock   {stock}: {venvs.describe(stock)}',
+             f'patched {patched}: {venvs.describe(patched)}']
+
+  def on_patched(script, key):
+    processes, repeats = plan[key]
+    return [run_workload(patched, script, '--repeats', str(repeats),
+                         '--size', size) for _ in range(processes)]
+
+  figs = []
+  if 'overhead' in only:
+    pairs, repeats = plan['overhead']
+    results = {'stock': [], 'patched': []}
+    for i in range(pairs):
+      order = ('stock', 'patched') if i % 2 == 0 else ('patched', 'stock')
+      for variant in order:
+        python = stock if variant == 'stock' else patched
+        results[variant].append(run_workload(
+            python, 'overhead.py', '--repeats', str(repeats)))
+    figs.append(figures.overhead(results['stock'], results['patched']))
+  if 'polling' in only or 'wakeup' in only:
+    polls = on_patched('poll.py', 'polling') if 'polling' in only else None
+    wakes = on_patched('wake.py', 'wakeup')
+    if polls is not None:
+      figs += [figures.polling(polls), figures.blocked_cpu(wakes)]
+    if 'wakeup' in only:
+      figs.append(figures.wakeup(wakes))
+  if 'collective' in only:
+    figs.append(figures.collective(on_patched('collective.py', 'collective')))
+  if 'migration' in only:
+    repeats, trips = plan['migration']
+    scratch = venvs.default_dir('scratch')
+    figs.append(figures.migration_tool(run_workload(
+        stock, 'migration_tool.py', '--repeats', str(repeats),
+        '--round_trips', str(trips), '--scratch_dir', str(scratch))))
+
+  print(f'Benchmarks of the patch series, jax {venvs.JAX_VERSION} '
+        f'({size} run)')
+  for line in header:
+    print(f'  {line}')
+  for number, fig in enumerate(figs, 1):
+    print(f'\n{number}. {fig.title}')
+    for line in fig.lines:
+      print(f'   {line}')
+  print('\nSummary')
+  checks = [c for fig in figs for c in fig.checks]
+  width = max(len(c.name) for c in checks) if checks else 0
+  for c in checks:
+    print(f'  {c.name:{width}s}  {c.value:>10s}  goal {c.goal:9s}  '
+          f'{c.verdict}')
+  print(f'\nTotal {time.perf_counter() - started:.0f} s; load average now '
+        f'{" ".join(f"{x:.2f}" for x in os.getloadavg())}.')
+  command = ['python', 'benchmarks/run.py'] + (['--quick'] if args.quick
+                                               else [])
+  if args.only != ','.join(FIGURES):
+    command += ['--only', args.only]
+  print(f'Reproduce: {shlex.join(command)}  (from the repository root; '
+        'add --stock-python/--patched-python to use existing venvs)')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,84 @@
+# Copyright 2026 The JAX Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Helpers shared by the workloads: flags, timing and the JSON result line.
+
+A workload is a script run by `benchmarks/run.py` in a subprocess, with one
+interpreter (stock or patched jax). It prints exactly one line starting with
+`RESULT_PREFIX` followed by a JSON object of measurements; anything else it
+prints (jax warnings, say) is ignored by the driver.
+"""
+
+import argparse
+from collections.abc import Callable, Sequence
+import json
+import sys
+import time
+from typing import Any
+
+RESULT_PREFIX = 'BENCH_RESULT '
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+  """Parses the flags every workload accepts.
+
+  Args:
+    argv: The arguments (default: `sys.argv[1:]`).
+
+  Returns:
+    The namespace with `repeats` (timed calls per function) and `size`
+    (`'quick'` or `'default'`, for workloads that scale a loop).
+  """
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument('--repeats', type=int, default=5,
+                      help='timed calls per function, after the warm-up')
+  parser.add_argument('--size', choices=('quick', 'default'),
+                      default='default', help='problem size')
+  return parser.parse_args(argv)
+
+
+def time_interleaved(
+    fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 1
+) -> dict[str, dict[str, list[float]]]:
+  """Times functions round-robin, so that drift affects all of them alike.
+
+  Args:
+    fns: Name to a function of no arguments that blocks until done.
+    repeats: Timed calls of each function.
+    warmup: Untimed calls of each function first (compilation).
+
+  Returns:
+    `{'wall': {name: [seconds, ...]}, 'cpu': {name: [seconds, ...]}}`, one
+    entry per timed call: wall time, and CPU time of the whole process (all
+    threads, `time.process_time`). On a machine shared with other jobs the
+    CPU time is the steadier measure of the work a call does.
+  """
+  for fn in fns.values():
+    for _ in range(warmup):
+      fn()
+  wall = {name: [] for name in fns}
+  cpu = {name: [] for name in fns}
+  for _ in range(repeats):
+    for name, fn in fns.items():
+      start_cpu, start = time.process_time(), time.perf_counter()
+      fn()
+      wall[name].append(time.perf_counter() - start)
+      cpu[name].append(time.process_time() - start_cpu)
+  return {'wall': wall, 'cpu': cpu}
+
+
+def emit(result: dict[str, Any]) -> None:
+  """Prints the result line that the driver parses."""
+  print(RESULT_PREFIX + json.dumps(result, sort_keys=True), flush=True)
+  sys.stdout.flush()

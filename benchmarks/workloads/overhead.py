@@ -1,0 +1,224 @@
+# Copyright 2026 The JAX Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Kernels that use none of the patched features, for the overhead figure.
+
+Runs on stock and on patched jax alike (no non-decrementing wait, no
+`semaphore_read`, no collective `run_scoped`, signals always name their
+core) and times, interleaved:
+
+- `matmul_grid`: a blocked matmul over a 3D grid with an accumulator.
+- `dma_double_buffer`: a manual double-buffered HBM -> VMEM -> HBM copy.
+- `core_map_semaphores`: a 2-core `pl.kernel` whose cores ping-pong on
+  REGULAR semaphores.
+- `ring_remote_dma`: a 4-device ring (`shard_map`) that forwards blocks with
+  remote DMAs after a neighbour barrier.
+
+Prints `{"wall": {name: [seconds, ...]}, "cpu": {...}}`.
+"""
+
+from collections.abc import Callable
+
+import jax
+
+NUM_DEVICES = 4
+# Simulate NUM_DEVICES CPU devices; must happen before jax's first use.
+jax.config.update('jax_num_cpu_devices', NUM_DEVICES)
+
+# pylint: disable=g-import-not-at-top
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+import jax.numpy as jnp
+import numpy as np
+
+import _common
+# pylint: enable=g-import-not-at-top
+
+P = jax.sharding.PartitionSpec
+
+
+def matmul_grid() -> Callable[[], object]:
+  """A (256, 256) @ (256, 256) matmul in (128, 128) blocks: a 2x2x2 grid."""
+  m = n = k = 256
+  bm = bn = bk = 128
+
+  def kernel(x_ref, y_ref, o_ref, acc_ref):
+    @pl.when(pl.program_id(2) == 0)
+    def _():
+      acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += jnp.dot(x_ref[...], y_ref[...],
+                            preferred_element_type=jnp.float32)
+
+    @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+    def _():
+      o_ref[...] = acc_ref[...]
+
+  call = pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
+      grid=(m // bm, n // bn, k // bk),
+      in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
+                pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
+      out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
+      scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+      interpret=pltpu.InterpretParams(),
+  )
+  kx, ky = jax.random.split(jax.random.key(0))
+  x = jax.random.normal(kx, (m, k), jnp.float32)
+  y = jax.random.normal(ky, (k, n), jnp.float32)
+  f = jax.jit(call)
+  np.testing.assert_allclose(f(x, y), x @ y, rtol=1e-4, atol=1e-3)
+  return lambda: jax.block_until_ready(f(x, y))
+
+
+def dma_double_buffer() -> Callable[[], object]:
+  """Doubles 8 chunks of (64, 128), prefetching chunk i+1 during chunk i."""
+  chunks, rows, cols = 8, 64, 128
+
+  def kernel(x_hbm, o_hbm, buf, sems):
+    def copy_in(i, slot):
+      return pltpu.make_async_copy(
+          x_hbm.at[pl.ds(i * rows, rows)], buf.at[slot], sems.at[slot])
+
+    copy_in(0, 0).start()
+
+    def step(i, carry):
+      slot = i % 2
+
+      @pl.when(i + 1 < chunks)
+      def _():
+        copy_in(i + 1, 1 - slot).start()
+
+      copy_in(i, slot).wait()
+      buf[slot] = buf[slot] * 2.0
+      pltpu.sync_copy(buf.at[slot], o_hbm.at[pl.ds(i * rows, rows)])
+      return carry
+
+    lax.fori_loop(0, chunks, step, None)
+
+  call = pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct((chunks * rows, cols), jnp.float32),
+      in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+      out_specs=pl.BlockSpec(memory_space=pl.ANY),
+      scratch_shapes=[pltpu.VMEM((2, rows, cols), jnp.float32),
+                      pltpu.SemaphoreType.DMA((2,))],
+      interpret=pltpu.InterpretParams(),
+  )
+  x = jax.random.normal(jax.random.key(1), (chunks * rows, cols), jnp.float32)
+  f = jax.jit(call)
+  np.testing.assert_allclose(f(x), 2 * x)
+  return lambda: jax.block_until_ready(f(x))
+
+
+def core_map_semaphores() -> Callable[[], object]:
+  """2 cores: 4 rounds of compute, signal the other core, wait for it."""
+  num_cores, rounds, rows, cols = 2, 4, 64, 128
+  mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores)
+
+  @pl.kernel(
+      out_type=jax.ShapeDtypeStruct((num_cores * rows, cols), jnp.float32),
+      mesh=mesh,
+      scratch_types=[pltpu.VMEM((rows, cols), jnp.float32),
+                     pltpu.SemaphoreType.REGULAR],
+      interpret=pltpu.InterpretParams(),
+  )
+  def kernel(x_hbm, o_hbm, buf, sem):
+    core = lax.axis_index('core')
+    block = pl.ds(pl.multiple_of(core * rows, rows), rows)
+    pltpu.sync_copy(x_hbm.at[block], buf)
+
+    def step(i, carry):
+      buf[...] = buf[...] + 1.0
+      pl.semaphore_signal(sem, 1, core_index=1 - core)
+      pl.semaphore_wait(sem, 1)
+      return carry
+
+    lax.fori_loop(0, rounds, step, None)
+    pltpu.sync_copy(buf, o_hbm.at[block])
+
+  x = jax.random.normal(jax.random.key(2), (num_cores * rows, cols))
+  f = jax.jit(kernel)
+  np.testing.assert_allclose(f(x), x + rounds, rtol=1e-6)
+  return lambda: jax.block_until_ready(f(x))
+
+
+def ring_remote_dma() -> Callable[[], object]:
+  """4 devices: barrier with both neighbours, then a ring all-gather."""
+  rows, cols = 8, 128
+
+  def kernel(x_ref, o_ref, send_sem, recv_sems):
+    my_id = lax.axis_index('x')
+    left = lax.rem(my_id + NUM_DEVICES - 1, NUM_DEVICES)
+    right = lax.rem(my_id + 1, NUM_DEVICES)
+    pltpu.sync_copy(x_ref, o_ref.at[my_id])
+    barrier = pltpu.get_barrier_semaphore()
+    pl.semaphore_signal(barrier, 1, device_id={'x': left})
+    pl.semaphore_signal(barrier, 1, device_id={'x': right})
+    pl.semaphore_wait(barrier, 2)
+
+    def step(s, carry):
+      slot = lax.rem(my_id - s + NUM_DEVICES, NUM_DEVICES)
+      send = pltpu.make_async_remote_copy(
+          src_ref=o_ref.at[slot], dst_ref=o_ref.at[slot], send_sem=send_sem,
+          recv_sem=recv_sems.at[slot], device_id={'x': right})
+      send.start()
+      send.wait_send()
+      incoming = lax.rem(my_id - s - 1 + NUM_DEVICES, NUM_DEVICES)
+      pltpu.make_async_copy(
+          o_ref.at[incoming], o_ref.at[incoming], recv_sems.at[incoming]
+      ).wait()
+      return carry
+
+    lax.fori_loop(0, NUM_DEVICES - 1, step, None)
+
+  gather = pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct((NUM_DEVICES, rows, cols), jnp.float32),
+      in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+      out_specs=pl.BlockSpec(memory_space=pl.ANY),
+      scratch_shapes=[pltpu.SemaphoreType.DMA,
+                      pltpu.SemaphoreType.DMA((NUM_DEVICES,))],
+      compiler_params=pltpu.CompilerParams(collective_id=0),
+      interpret=pltpu.InterpretParams(),
+  )
+  mesh = jax.make_mesh((NUM_DEVICES,), ('x',),
+                       devices=jax.devices()[:NUM_DEVICES])
+  f = jax.jit(jax.shard_map(
+      lambda b: gather(b).reshape(NUM_DEVICES * rows, cols), mesh=mesh,
+      in_specs=P('x'), out_specs=P('x'), check_vma=False))
+  x = jax.random.uniform(jax.random.key(3), (NUM_DEVICES * rows, cols))
+  x = jax.device_put(x, jax.sharding.NamedSharding(mesh, P('x')))
+  np.testing.assert_array_equal(f(x), np.tile(np.asarray(x), (NUM_DEVICES, 1)))
+  return lambda: jax.block_until_ready(f(x))
+
+
+KERNELS = {
+    'matmul_grid': matmul_grid,
+    'dma_double_buffer': dma_double_buffer,
+    'core_map_semaphores': core_map_semaphores,
+    'ring_remote_dma': ring_remote_dma,
+}
+
+
+def main():
+  args = _common.parse_args()
+  fns = {name: make() for name, make in KERNELS.items()}
+  _common.emit(_common.time_interleaved(fns, args.repeats))
+
+
+if __name__ == '__main__':
+  main()
