@@ -16,6 +16,9 @@ from absl import logging
 from migration import errors
 
 
+WHEEL_DIRS_ENV = 'JAX_INTERPRET_PATCHES_WHEEL_DIRS'
+
+
 def cache_dir() -> str:
   """Returns the wheel cache directory.
 
@@ -41,16 +44,27 @@ def sha256_file(path: str) -> str:
   return h.hexdigest()
 
 
+def env_wheel_dirs() -> tuple[str, ...]:
+  """Returns the directories named by ``$JAX_INTERPRET_PATCHES_WHEEL_DIRS``.
+
+  A list separated by ``os.pathsep`` of directories holding released jax
+  wheels (e.g. for an offline machine); they are searched before the cache.
+  """
+  value = os.environ.get(WHEEL_DIRS_ENV, '')
+  return tuple(d for d in value.split(os.pathsep) if d)
+
+
 def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
                    download: bool = True) -> str:
   """Returns the path of the released jax wheel of ``version``.
 
-  Looks in ``extra_dirs`` then the cache; otherwise downloads it from the
-  package index with ``pip download --no-deps`` into the cache.
+  Looks in ``extra_dirs``, then the directories of
+  ``$JAX_INTERPRET_PATCHES_WHEEL_DIRS``, then the cache; otherwise downloads
+  it from the package index with ``pip download --no-deps`` into the cache.
 
   Args:
     version: the jax version, e.g. ``0.12.0``.
-    extra_dirs: directories searched before the cache.
+    extra_dirs: directories searched first.
     download: whether to run pip when the wheel is not found locally.
 
   Returns:
@@ -65,6 +79,7 @@ def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
     raise errors.UsageError(f'{version!r} is not a jax version number.')
   name = wheel_name(version)
   cache = cache_dir()
+  extra_dirs = (*extra_dirs, *env_wheel_dirs())
   for d in (*extra_dirs, cache):
     candidate = os.path.join(d, name)
     if os.path.isfile(candidate):

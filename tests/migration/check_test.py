@@ -22,9 +22,6 @@ from migration import wheels  # noqa: E402
 
 PATCHES = os.path.join(REPO, 'patches')
 VERSION = os.environ.get('JAX_INTERPRET_PATCHES_TEST_VERSION', '0.12.0.1')
-WHEEL_DIRS = tuple(
-    d for d in os.environ.get('JAX_INTERPRET_PATCHES_WHEEL_DIRS', '').split(
-        os.pathsep) if d)
 
 
 class CheckTest(absltest.TestCase):
@@ -34,7 +31,7 @@ class CheckTest(absltest.TestCase):
     super().setUpClass()
     cls.manifest = manifest_lib.load(PATCHES)
     cls.series = cls.manifest.series_for(VERSION)
-    cls.wheel = wheels.pristine_wheel(VERSION, WHEEL_DIRS)
+    cls.wheel = wheels.pristine_wheel(VERSION)
 
   def setUp(self):
     super().setUp()
@@ -115,13 +112,11 @@ class CheckTest(absltest.TestCase):
     return proc
 
   def test_cli_all_and_versions(self):
-    wheel_dirs = [f'--wheel_dir={d}' for d in WHEEL_DIRS]
-    data = json.loads(self._run('check', '--all', '--json',
-                                *wheel_dirs).stdout)
+    data = json.loads(self._run('check', '--all', '--json').stdout)
     self.assertTrue(data['ok'])
     self.assertEqual([v['version'] for v in data['versions']],
                      self.manifest.served_versions())
-    out = self._run('check', f'--version={VERSION}', *wheel_dirs).stdout
+    out = self._run('check', f'--version={VERSION}').stdout
     self.assertIn('All patches fit.', out)
 
   def test_cli_bad_versions(self):

@@ -33,10 +33,6 @@ from migration import wheels  # noqa: E402
 
 VERSION = os.environ.get('JAX_INTERPRET_PATCHES_TEST_VERSION', '0.12.0.1')
 PATCHES = os.path.join(REPO, 'patches')
-# Directories searched for the released wheel before the download cache.
-WHEEL_DIRS = tuple(
-    d for d in os.environ.get('JAX_INTERPRET_PATCHES_WHEEL_DIRS', '').split(
-        os.pathsep) if d)
 
 
 def _deps_dir(root: str) -> str:
@@ -58,7 +54,7 @@ class MigrationCliTest(absltest.TestCase):
     cls.series = cls.manifest.series_for(VERSION)
     assert cls.series is not None, f'{VERSION} not served'
     cls.files = list(cls.series.files)
-    cls.wheel = wheels.pristine_wheel(VERSION, WHEEL_DIRS)
+    cls.wheel = wheels.pristine_wheel(VERSION)
     with zipfile.ZipFile(cls.wheel) as zf:
       cls.pristine = {f: zf.read(f) for f in cls.files}
     cls.root = tempfile.mkdtemp(prefix='migration-test-')
@@ -529,7 +525,7 @@ class MigrationCliTest(absltest.TestCase):
     patches = os.path.join(self.root, 'upstream-patches')
     shutil.rmtree(patches, ignore_errors=True)
     shutil.copytree(PATCHES, patches)
-    manifest_lib.generate(patches, wheel_dirs=(wheel_dir, *WHEEL_DIRS))
+    manifest_lib.generate(patches, wheel_dirs=(wheel_dir,))
     loaded = manifest_lib.load(patches)
     self.assertEqual(loaded.series[self.series.name].upstream[VERSION],
                      (first.name,))

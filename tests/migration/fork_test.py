@@ -18,9 +18,6 @@ sys.path.insert(0, REPO)
 from migration import manifest as manifest_lib  # noqa: E402
 
 PATCHES = os.path.join(REPO, 'patches')
-WHEEL_DIRS = tuple(
-    d for d in os.environ.get('JAX_INTERPRET_PATCHES_WHEEL_DIRS', '').split(
-        os.pathsep) if d)
 
 
 class ForkTest(absltest.TestCase):
@@ -38,10 +35,9 @@ class ForkTest(absltest.TestCase):
 
   def run_tool(self, *args, expect=0, env=None):
     full_env = dict(os.environ, PYTHONPATH=REPO, **(env or {}))
-    wheel_dirs = [f'--wheel_dir={d}' for d in WHEEL_DIRS]
     proc = subprocess.run(
         [sys.executable, '-m', 'migration', *args,
-         f'--patches_dir={self.patches}', *wheel_dirs],
+         f'--patches_dir={self.patches}'],
         cwd=self.tmp, env=full_env, capture_output=True, text=True,
         check=False)
     self.assertEqual(proc.returncode, expect,

@@ -23,10 +23,6 @@ from migration import manifest as manifest_lib  # noqa: E402
 from migration import wheels  # noqa: E402
 
 PATCHES = os.path.join(REPO, 'patches')
-# Directories searched for the released wheels before the download cache.
-WHEEL_DIRS = tuple(
-    d for d in os.environ.get('JAX_INTERPRET_PATCHES_WHEEL_DIRS', '').split(
-        os.pathsep) if d)
 
 _HEADER = """\
 From 0123 Mon Sep 17 00:00:00 2001
@@ -103,8 +99,7 @@ class ManifestTest(absltest.TestCase):
   def test_manifest_is_up_to_date(self):
     with open(os.path.join(PATCHES, manifest_lib.MANIFEST)) as f:
       committed = json.load(f)
-    regenerated = manifest_lib.generate(self.copy_patches(),
-                                        wheel_dirs=WHEEL_DIRS)
+    regenerated = manifest_lib.generate(self.copy_patches())
     self.assertEqual(regenerated, committed,
                      'patches/manifest.json is stale; run '
                      '`python -m migration manifest`.')
@@ -124,7 +119,7 @@ class ManifestTest(absltest.TestCase):
     series = manifest.series_for(version)
     patch = series.patches[0]
     target = patch.files[0]
-    with zipfile.ZipFile(wheels.pristine_wheel(version, WHEEL_DIRS)) as zf:
+    with zipfile.ZipFile(wheels.pristine_wheel(version)) as zf:
       data = zf.read(target)
     # Edit every context/removed line of the first hunk's region.
     with open(patch.path, encoding='utf-8') as f:

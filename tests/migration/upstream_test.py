@@ -28,9 +28,6 @@ from migration import upstream  # noqa: E402
 from migration import wheels  # noqa: E402
 
 VERSION = '0.12.0.1'
-WHEEL_DIRS = tuple(
-    d for d in os.environ.get('JAX_INTERPRET_PATCHES_WHEEL_DIRS', '').split(
-        os.pathsep) if d)
 TESTS_DIR = os.path.join(REPO, 'tests', 'pallas')
 
 _BUILD = '''\
@@ -90,7 +87,7 @@ class UpstreamExportTest(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.manifest = manifest_lib.load(os.path.join(REPO, 'patches'))
-    cls.wheel = wheels.pristine_wheel(VERSION, WHEEL_DIRS)
+    cls.wheel = wheels.pristine_wheel(VERSION)
 
   def setUp(self):
     super().setUp()

@@ -28,9 +28,6 @@ from migration import wheels  # noqa: E402
 
 PATCHES = os.path.join(REPO, 'patches')
 VERSION = os.environ.get('JAX_INTERPRET_PATCHES_TEST_VERSION', '0.12.0.1')
-WHEEL_DIRS = tuple(
-    d for d in os.environ.get('JAX_INTERPRET_PATCHES_WHEEL_DIRS', '').split(
-        os.pathsep) if d)
 
 
 def _run(args, cwd, expect=0, **kwargs):
@@ -49,14 +46,13 @@ class WheelTest(absltest.TestCase):
     super().setUpClass()
     cls.manifest = manifest_lib.load(PATCHES)
     cls.series = cls.manifest.series_for(VERSION)
-    cls.pristine = wheels.pristine_wheel(VERSION, WHEEL_DIRS)
+    cls.pristine = wheels.pristine_wheel(VERSION)
     cls.root = tempfile.mkdtemp(prefix='wheel-test-')
     cls.env = dict(os.environ, PYTHONPATH=REPO)
     cls.env.pop('JAX_INTERPRET_PATCHES_STATE_DIR', None)
     out = os.path.join(cls.root, 'dist')
-    wheel_dirs = [f'--wheel_dir={d}' for d in WHEEL_DIRS]
     proc = _run([sys.executable, '-m', 'migration', 'wheel', '--json',
-                 f'--version={VERSION}', '-o', out, *wheel_dirs], cls.root,
+                 f'--version={VERSION}', '-o', out], cls.root,
                 env=cls.env)
     cls.wheel = json.loads(proc.stdout)['wheel']
 
@@ -95,7 +91,7 @@ class WheelTest(absltest.TestCase):
 
   def test_reproducible(self):
     out = os.path.join(self.root, 'again')
-    again = wheelbuild.build(self.manifest, VERSION, out, WHEEL_DIRS)
+    again = wheelbuild.build(self.manifest, VERSION, out)
     self.assertEqual(wheels.sha256_file(again), wheels.sha256_file(self.wheel))
 
   def test_unsupported_version(self):
