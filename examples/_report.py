@@ -54,6 +54,24 @@ def interpret_params(**kwargs) -> pltpu.InterpretParams:
   return pltpu.InterpretParams(**kwargs)
 
 
+def tensorcore_mesh(axis_name: str, num_cores: int):
+  """Returns a `pltpu.TensorCoreMesh` of `num_cores` TensorCores.
+
+  `pltpu.TensorCoreMesh(axis_name=..., num_cores=...)` is public from jax 0.11;
+  older versions make the same mesh with `pltpu.create_tensorcore_mesh`.
+
+  Args:
+    axis_name: The name of the core axis.
+    num_cores: The number of cores.
+
+  Returns:
+    The mesh.
+  """
+  if hasattr(pltpu, 'TensorCoreMesh'):
+    return pltpu.TensorCoreMesh(axis_name=axis_name, num_cores=num_cores)
+  return pltpu.create_tensorcore_mesh(axis_name, num_cores=num_cores)
+
+
 def render(x: np.ndarray) -> str:
   """Renders an array compactly: shape, dtype, first values and a checksum.
 

@@ -76,7 +76,7 @@ def normalize_columns(x: jax.Array) -> tuple[jax.Array, ...]:
     - counts: i32[NUM_CORES, 2], per core the semaphore count seen while the
       event is raised and after consuming it.
   """
-  mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=NUM_CORES)
+  mesh = _report.tensorcore_mesh('core', NUM_CORES)
 
   @pl.kernel(
       out_type=(

@@ -95,7 +95,7 @@ def cosine_scores(
     - drained: i32[2], the counts of `ready` and `done` after core 0 consumed
       them.
   """
-  mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=NUM_CORES)
+  mesh = _report.tensorcore_mesh('core', NUM_CORES)
 
   @pl.kernel(
       out_type=(

@@ -45,14 +45,16 @@ done
 # migration tests at .venvs/wheels): jax, jaxlib and their dependencies for
 # tests that make venvs of their own, and the released jax wheel of every
 # served version. Fetches only what is missing.
-python=".venvs/test-jax-${versions[0]}/bin/python"
 for version in "${versions[@]}"; do
   if ! compgen -G ".venvs/wheels/jaxlib-$version-*.whl" > /dev/null; then
-    "$python" -m pip download --quiet --disable-pip-version-check \
+    # That version's own Python, so the wheels fit it.
+    ".venvs/test-jax-$version/bin/python" -m pip download --quiet \
+      --disable-pip-version-check \
       --only-binary=:all: -d .venvs/wheels "jax==$version" "jaxlib==$version" \
       2> >(grep -v "^WARNING: Location" >&2)
   fi
 done
+python=".venvs/test-jax-${versions[0]}/bin/python"
 JAX_INTERPRET_PATCHES_CACHE="$PWD/.venvs" PYTHONPATH="$PWD" "$python" -c '
 from migration import manifest, wheels
 for version in manifest.load("patches").served_versions():

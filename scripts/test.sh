@@ -10,6 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 version="${JAX_VERSION:-0.12.0.1}"
 venv=".venvs/test-jax-$version"
+# The migration tests install the jax wheel they test into venvs of the
+# running Python, which may be too old for the default (0.12.0.1): test the
+# version of this run, as the bazel targets do.
+export JAX_INTERPRET_PATCHES_TEST_VERSION="${JAX_INTERPRET_PATCHES_TEST_VERSION:-$version}"
 
 scripts/make_venv.sh "$version" "$venv"
 PYTHONPATH="$PWD" "$venv/bin/python" -m migration apply

@@ -56,7 +56,7 @@ class InterpretCollectiveRunScopedDistributedTest(jtu.JaxTestCase):
     """2 devices x 2 cores: core 1 of each device fills a collective buffer."""
     num_devices, num_cores = 2, 2
     device_mesh = jtu.create_mesh((num_devices,), ('x',))
-    core_mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores)
+    core_mesh = test_util.tensorcore_mesh('core', num_cores)
 
     @pl.kernel(
         out_type=jax.ShapeDtypeStruct((num_cores, *_SHAPE), jnp.float32),

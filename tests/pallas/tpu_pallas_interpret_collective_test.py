@@ -56,7 +56,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
 
   def _copy_from_one_core_kernel(self, num_cores, collective, **params):
     """Core `num_cores - 1` fills a scope's buffer; every core copies it out."""
-    mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores)
+    mesh = test_util.tensorcore_mesh('core', num_cores)
     last = num_cores - 1
 
     @pl.kernel(
@@ -113,7 +113,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     # core 0 on the collective semaphore; both cores copy the scratch out.
     @pl.kernel(
         out_type=_per_core_output(2),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),
+        mesh=test_util.tensorcore_mesh('core', 2),
         interpret=pltpu.InterpretParams(uninitialized_memory='zero'),
     )
     def kernel(x_ref, o_ref):
@@ -179,7 +179,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
 
     @pl.kernel(
         out_type=_per_core_output(num_cores, jnp.int32),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores),
+        mesh=test_util.tensorcore_mesh('core', num_cores),
         scratch_types=[pltpu.VMEM(_SHAPE, jnp.int32)],
         interpret=pltpu.InterpretParams(
             allow_hbm_allocation_in_run_scoped=True
@@ -229,7 +229,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
 
     @pl.kernel(
         out_type=_per_core_output(num_cores),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores),
+        mesh=test_util.tensorcore_mesh('core', num_cores),
         scratch_types=[pltpu.VMEM(_SHAPE, jnp.float32)],
         interpret=test_util.interpret_params(detect_races=True),
     )
@@ -295,7 +295,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
 
     @pl.kernel(
         out_type=_per_core_output(num_cores),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores),
+        mesh=test_util.tensorcore_mesh('core', num_cores),
         interpret=pltpu.InterpretParams(),
     )
     def kernel(x_ref, o_ref):
@@ -346,7 +346,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
 
     @pl.kernel(
         out_type=_per_core_output(num_cores),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores),
+        mesh=test_util.tensorcore_mesh('core', num_cores),
         interpret=test_util.interpret_params(detect_races=True),
     )
     def kernel(x_ref, o_ref):
@@ -393,7 +393,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
 
     @pl.kernel(
         out_type=jax.ShapeDtypeStruct((num_cores, *table_shape), jnp.float32),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores),
+        mesh=test_util.tensorcore_mesh('core', num_cores),
         scratch_types=[pltpu.VMEM((rows_per_core, 128), jnp.float32)],
         interpret=test_util.interpret_params(detect_races=True),
     )
@@ -436,7 +436,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
   def test_axis_not_in_scope_raises(self):
     @pl.kernel(
         out_type=_per_core_output(2),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),
+        mesh=test_util.tensorcore_mesh('core', 2),
         interpret=pltpu.InterpretParams(),
     )
     def kernel(x_ref, o_ref):
@@ -489,7 +489,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
   def test_mismatched_collective_allocations_raise(self):
     @pl.kernel(
         out_type=_per_core_output(2),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),
+        mesh=test_util.tensorcore_mesh('core', 2),
         interpret=pltpu.InterpretParams(),
     )
     def kernel(x_ref, o_ref):
@@ -523,7 +523,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
   def test_collective_scope_not_entered_by_all_cores_raises(self):
     @pl.kernel(
         out_type=_per_core_output(2),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),
+        mesh=test_util.tensorcore_mesh('core', 2),
         interpret=pltpu.InterpretParams(),
     )
     def kernel(x_ref, o_ref):

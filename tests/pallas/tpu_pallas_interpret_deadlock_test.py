@@ -65,7 +65,7 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
     # semaphore is ever signalled, with 1, so only core 0's wait is satisfied.
     @pl.kernel(
         out_type=jax.ShapeDtypeStruct((num_cores, *_SHAPE), jnp.float32),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores),
+        mesh=test_util.tensorcore_mesh('core', num_cores),
         scratch_types=[
             pltpu.VMEM(_SHAPE, jnp.float32),
             pltpu.SemaphoreType.REGULAR,
@@ -112,7 +112,7 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
   def test_single_core_unsatisfiable_wait_raises(self):
     @pl.kernel(
         out_type=jax.ShapeDtypeStruct(_SHAPE, jnp.float32),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=1),
+        mesh=test_util.tensorcore_mesh('core', 1),
         interpret=pltpu.InterpretParams(),
     )
     def kernel(o_ref):
@@ -145,7 +145,7 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
     # Core 0 waits in a collective scope for core 1, which never enters it.
     @pl.kernel(
         out_type=jax.ShapeDtypeStruct((2, *_SHAPE), jnp.float32),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),
+        mesh=test_util.tensorcore_mesh('core', 2),
         interpret=pltpu.InterpretParams(),
     )
     def kernel(x_ref, o_ref):
@@ -185,7 +185,7 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
 
     @pl.kernel(
         out_type=jax.ShapeDtypeStruct((2, *_SHAPE), jnp.float32),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),
+        mesh=test_util.tensorcore_mesh('core', 2),
         scratch_types=[
             pltpu.VMEM(_SHAPE, jnp.float32),
             pltpu.SemaphoreType.REGULAR,
@@ -215,7 +215,7 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
 
     @pl.kernel(
         out_type=jax.ShapeDtypeStruct((2, *_SHAPE), jnp.float32),
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),
+        mesh=test_util.tensorcore_mesh('core', 2),
         scratch_types=[
             pltpu.VMEM(_SHAPE, jnp.float32),
             pltpu.SemaphoreType.REGULAR,

@@ -237,7 +237,7 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
   def test_nondecrementing_wait_flag_across_cores(self, num_cores):
     # Core 0 raises a flag on every core; each core polls it twice without
     # consuming it, records the count it sees, and then consumes it.
-    mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores)
+    mesh = test_util.tensorcore_mesh('core', num_cores)
 
     @pl.kernel(
         out_type=jax.ShapeDtypeStruct((num_cores, 8, 128), jnp.int32),
@@ -274,7 +274,7 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
     )
 
   def test_local_signal_targets_calling_core(self):
-    mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=2)
+    mesh = test_util.tensorcore_mesh('core', 2)
 
     @pl.kernel(
         out_type=jax.ShapeDtypeStruct((2, 8, 128), jnp.float32),
@@ -307,7 +307,7 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
     # Core 1 writes a shared HBM buffer and then signals core 0, which reads
     # the buffer. The non-decrementing wait orders the write before the read;
     # without it, race detection must report a race.
-    mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=2)
+    mesh = test_util.tensorcore_mesh('core', 2)
 
     @pl.kernel(
         out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
@@ -341,7 +341,7 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
 
   def test_nondecrementing_wait_does_not_hang_after_exception(self):
     @pl.kernel(
-        mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=2),
+        mesh=test_util.tensorcore_mesh('core', 2),
         out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
         scratch_types=[
             pltpu.VMEM((8, 128), jnp.float32),
