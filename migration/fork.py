@@ -93,9 +93,7 @@ def materialize(manifest: manifest_lib.Manifest, fork_dir: str,
   version = version or manifest.served_versions()[-1]
   series = manifest.series_for(version)
   if series is None:
-    raise errors.UnsupportedError(
-        f'jax {version} is not served by this release; served versions: '
-        f'{", ".join(manifest.served_versions())}.')
+    raise errors.UnsupportedError(manifest.not_served_message(version))
   gitapply.git_executable()
   package = os.path.join(fork_dir, PACKAGE_DIR)
   if os.path.exists(package):

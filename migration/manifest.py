@@ -99,6 +99,26 @@ class Manifest:
         return s
     return None
 
+  def nearest_served(self, version: str) -> str:
+    """Returns the served release nearest to ``version``.
+
+    The newest served release of ``version``'s line (X.Y) if there is one,
+    else the served release whose line is closest (the newer one on a tie).
+    """
+    def line(v: str) -> int:
+      major, minor = (version_key(v) + (0, 0))[:2]
+      return int(major) * 1000 + int(minor)
+
+    served = self.served_versions()
+    return min(reversed(served),
+               key=lambda v: abs(line(v) - line(version)))
+
+  def not_served_message(self, version: str) -> str:
+    """The error message for a jax release this project does not serve."""
+    return (f'jax {version} is not served by this release; the nearest '
+            f'served release is {self.nearest_served(version)} (served: '
+            f'{", ".join(self.served_versions())}).')
+
   def series_near(self, version: str) -> Series:
     """Returns the series of ``version``'s line (``jax-X.Y``), else the newest.
 

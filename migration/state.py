@@ -179,8 +179,7 @@ def _classify(env: environment.Environment,
   series = manifest.series_for(env.jax_version)
   if series is None:
     return Status(env, Overall.UNSUPPORTED,
-                  f'jax {env.jax_version} is not served by this release; '
-                  f'served versions: {served}.')
+                  manifest.not_served_message(env.jax_version))
   hashes = series.hashes[env.jax_version]
   n = len(series.patches)
   files = []

@@ -119,9 +119,7 @@ def build(manifest: manifest_lib.Manifest, version: str, out_dir: str,
   """
   series = manifest.series_for(version)
   if series is None:
-    raise errors.UnsupportedError(
-        f'jax {version} is not served by this release; served versions: '
-        f'{", ".join(manifest.served_versions())}.')
+    raise errors.UnsupportedError(manifest.not_served_message(version))
   gitapply.git_executable()
   pristine = wheels.pristine_wheel(version, wheel_dirs)
   new_version = f'{version}+{label(manifest.release)}'

@@ -242,6 +242,8 @@ class MigrationCliTest(absltest.TestCase):
     self._edit_metadata_version('0.6.0')
     proc = self.run_tool('apply', expect=3)
     self.assertIn('jax 0.6.0 is not served', proc.stderr)
+    nearest = self.manifest.nearest_served('0.6.0')
+    self.assertIn(f'the nearest served release is {nearest}', proc.stderr)
     for v in self.manifest.served_versions():
       self.assertIn(v, proc.stderr)
     self.assertEqual(self.status_json()['state'], 'unsupported')

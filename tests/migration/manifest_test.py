@@ -96,6 +96,27 @@ class ManifestTest(absltest.TestCase):
         for f in p.files:
           self.assertTrue(f.startswith('jax/_src/pallas/'), f)
 
+  def test_nearest_served_release(self):
+    manifest = manifest_lib.load(PATCHES)
+    served = manifest.served_versions()
+
+    def line(v: str) -> int:
+      major, minor = v.split('.')[:2]
+      return int(major) * 1000 + int(minor)
+
+    for version in ('0.7.2', '0.11.1', '99.0'):
+      nearest = manifest.nearest_served(version)
+      self.assertIn(nearest, served)
+      # On the closest line to `version`, and the newest release of it.
+      self.assertEqual(abs(line(nearest) - line(version)),
+                       min(abs(line(v) - line(version)) for v in served))
+      self.assertEqual(nearest, max(
+          (v for v in served if line(v) == line(nearest)),
+          key=manifest_lib.version_key))
+    self.assertEqual(manifest.nearest_served('0.11.1'), '0.11.2')
+    self.assertIn('nearest served release is 0.11.2',
+                  manifest.not_served_message('0.11.1'))
+
   def test_manifest_is_up_to_date(self):
     with open(os.path.join(PATCHES, manifest_lib.MANIFEST)) as f:
       committed = json.load(f)
