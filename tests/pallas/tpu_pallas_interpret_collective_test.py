@@ -39,6 +39,39 @@ def _per_core_output(num_cores: int, dtype=jnp.float32):
   return jax.ShapeDtypeStruct((num_cores, *_SHAPE), dtype)
 
 
+def _share_from_core_1(x_ref, o_ref):
+  """Shares `x_ref` through a collective scratch buffer on a 2-core mesh.
+
+  Core 1 copies `x_ref` into the collectively allocated VMEM buffer and
+  signals core 0 on the collectively allocated semaphore; then each core
+  copies the buffer to its row of `o_ref`.
+
+  Args:
+    x_ref: The input, f32[8, 128] in HBM.
+    o_ref: The output, f32[2, 8, 128] in HBM, a row per core.
+  """
+  core = jax.lax.axis_index('core')
+
+  def body(buffer_ref, sem):
+    @pl.when(core == 1)
+    def _():
+      pltpu.sync_copy(x_ref, buffer_ref)
+      pl.semaphore_signal(sem, 1, core_index=0)
+
+    @pl.when(core == 0)
+    def _():
+      pl.semaphore_wait(sem, 1)
+
+    pltpu.sync_copy(buffer_ref, o_ref.at[core])
+
+  pl.run_scoped(
+      body,
+      pltpu.VMEM(_SHAPE, jnp.float32),
+      pltpu.SemaphoreType.REGULAR,
+      collective_axes='core',
+  )
+
+
 # TODO(jburnim): Figure out how to safely run different instance of TPU
 # interpret mode in parallel, and then remove this decorator.
 @jtu.thread_unsafe_test_class()
@@ -117,26 +150,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
         interpret=pltpu.InterpretParams(uninitialized_memory='zero'),
     )
     def kernel(x_ref, o_ref):
-      core = jax.lax.axis_index('core')
-
-      def body(shared_vmem, sem):
-        @pl.when(core == 1)
-        def _():
-          pltpu.sync_copy(x_ref, shared_vmem)
-          pl.semaphore_signal(sem, 1, core_index=0)
-
-        @pl.when(core == 0)
-        def _():
-          pl.semaphore_wait(sem, 1)
-
-        pltpu.sync_copy(shared_vmem, o_ref.at[core])
-
-      pl.run_scoped(
-          body,
-          pltpu.VMEM(_SHAPE, jnp.float32),
-          pltpu.SemaphoreType.REGULAR,
-          collective_axes='core',
-      )
+      _share_from_core_1(x_ref, o_ref)
 
     x = jnp.full(_SHAPE, 7.0, jnp.float32)
     with test_util.fail_instead_of_hanging():
@@ -314,24 +328,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
             pltpu.SemaphoreType.REGULAR,
         )
 
-      def body(buffer_ref, sem):
-        @pl.when(core == 1)
-        def _():
-          pltpu.sync_copy(x_ref, buffer_ref)
-          pl.semaphore_signal(sem, 1, core_index=0)
-
-        @pl.when(core == 0)
-        def _():
-          pl.semaphore_wait(sem, 1)
-
-        pltpu.sync_copy(buffer_ref, o_ref.at[core])
-
-      pl.run_scoped(
-          body,
-          pltpu.VMEM(_SHAPE, jnp.float32),
-          pltpu.SemaphoreType.REGULAR,
-          collective_axes='core',
-      )
+      _share_from_core_1(x_ref, o_ref)
 
     x = jnp.full(_SHAPE, 5.0, jnp.float32)
     with test_util.fail_instead_of_hanging():
