@@ -123,7 +123,9 @@ _VERSION = flags.DEFINE_multi_string(
 _ALL = flags.DEFINE_bool(
     'all', False, 'check: every jax version the manifest serves.')
 _OUTPUT_DIR = flags.DEFINE_string(
-    'output_dir', 'dist', 'wheel: the directory for the wheel (-o).')
+    'output_dir', 'dist',
+    'wheel: the directory for the wheel; export-upstream: for the patches '
+    '(default there: dist/upstream) (-o).')
 _JAX_REPO = flags.DEFINE_string(
     'jax_repo', None, 'export-upstream: the upstream jax git checkout.')
 _SERIES = flags.DEFINE_string(
