@@ -11,10 +11,14 @@ Commands:
             patch (applied, not applied, merged upstream, conflicting) and
             file (pristine, patched k/n, locally modified), and whether
             patches this tool applied were lost (jax reinstalled/upgraded).
-  check     Whether each patch applies exactly, only with offsets, is
-            already upstream, or conflicts (which hunk, what it expected),
-            on the released files of the installed jax, or of --version V
-            (repeatable), or of every served version (--all).
+  check     The compatibility table (release x patch: applies, not
+            applicable, upstream or conflict; the jaxlib and Python each
+            release needs), then whether each patch applies exactly, only
+            with offsets, is already upstream, or conflicts (which hunk,
+            what it expected), on the released files of the installed jax,
+            or of --version V (repeatable), or of every served version
+            (--all: details of conflicts only). --readme=README.md (with
+            --all) rewrites the README's table.
   apply     Apply the series (or its remaining patches), all-or-nothing;
             patches already upstream are skipped. Already patched: nothing
             to do. --dry_run: report only. --force: set locally modified
@@ -74,6 +78,7 @@ from absl import flags
 from absl import logging
 
 from migration import check
+from migration import compat
 from migration import environment
 from migration import errors
 from migration import fork
@@ -122,6 +127,10 @@ _VERSION = flags.DEFINE_multi_string(
     'check); default: the installed one (fork: the newest served one).')
 _ALL = flags.DEFINE_bool(
     'all', False, 'check: every jax version the manifest serves.')
+_README = flags.DEFINE_string(
+    'readme', None,
+    'check --all: rewrite the compatibility table between its marker lines '
+    'in this Markdown file (README.md).')
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', 'dist',
     'wheel: the directory for the wheel; export-upstream: for the patches '
@@ -232,13 +241,31 @@ def _check(patches_dir: str) -> tuple[int, str]:
     versions = manifest.served_versions()
   elif not versions:
     versions = [_installed_version()]
-  results = check.check_versions(manifest, versions,
-                                 tuple(_WHEEL_DIR.value))
-  data = report.check_dict(results)
+  if _README.value and not _ALL.value:
+    raise errors.UsageError('--readme needs --all.')
+  wheel_dirs = tuple(_WHEEL_DIR.value)
+  results = check.check_versions(manifest, versions, wheel_dirs)
+  table = compat.rows(manifest, results, wheel_dirs)
+  data = report.check_dict(results, table, compat.features(manifest))
   code = data['exit_code']
+  if _README.value:
+    with open(_README.value, encoding='utf-8') as f:
+      before = f.read()
+    after = compat.replace_block(before, compat.markdown(manifest, table),
+                                 _README.value)
+    if after != before:
+      with open(_README.value, 'w', encoding='utf-8') as f:
+        f.write(after)
+    data['readme'] = {'path': _README.value, 'changed': after != before}
   if _JSON.value:
     return code, report.to_json(data)
-  return code, report.check_text(results)
+  text = report.check_text(results, compat.text(manifest, table),
+                           only_conflicts=_ALL.value)
+  if _README.value:
+    text += (f'\nRewrote the compatibility table in {_README.value}.'
+             if data['readme']['changed'] else
+             f'\nThe compatibility table in {_README.value} is up to date.')
+  return code, text
 
 
 def _wheel(patches_dir: str) -> tuple[int, str]:

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from migration import check
+from migration import compat
 from migration import errors
 from migration import state
 from migration import transaction
@@ -120,12 +121,23 @@ def to_json(data: dict[str, Any]) -> str:
   return json.dumps(data, indent=2, sort_keys=True)
 
 
-def check_dict(results: list[check.VersionCheck]) -> dict[str, Any]:
+def check_dict(results: list[check.VersionCheck],
+               table: list[compat.Row] | None = None,
+               features: list[compat.Feature] | None = None
+               ) -> dict[str, Any]:
   """Returns the JSON-able form of ``check``'s results."""
   ok = all(r.ok for r in results)
   return {
       'command': 'check', 'ok': ok,
       'exit_code': int(errors.ExitCode.OK if ok else errors.ExitCode.MODIFIED),
+      'features': [{'number': f.number, 'subject': f.subject,
+                    'description': f.description} for f in features or ()],
+      'compatibility': [
+          {'version': r.version, 'jaxlib': r.jaxlib, 'python': r.python,
+           'series': r.series, 'served': r.served,
+           'patches': dict(zip((f.subject for f in features or ()),
+                               r.cells))}
+          for r in table or ()],
       'versions': [
           {'version': r.version, 'series': r.series, 'served': r.served,
            'wheel': r.wheel, 'ok': r.ok,
@@ -142,10 +154,20 @@ def check_dict(results: list[check.VersionCheck]) -> dict[str, Any]:
           for r in results]}
 
 
-def check_text(results: list[check.VersionCheck]) -> str:
-  """Returns the readable form of ``check``'s results."""
-  lines: list[str] = []
+def check_text(results: list[check.VersionCheck], summary: str = '',
+               only_conflicts: bool = False) -> str:
+  """Returns the readable form of ``check``'s results.
+
+  Args:
+    results: ``check.check_versions``'s results.
+    summary: ``compat.text``'s table, printed first.
+    only_conflicts: show the per-patch detail only of releases where a patch
+      conflicts (``--all``); otherwise of every release.
+  """
+  lines: list[str] = [summary, ''] if summary else []
   for r in results:
+    if only_conflicts and r.ok:
+      continue
     served = 'served' if r.served else 'not served by this release'
     lines.append(f'jax {r.version} ({served}; series {r.series}, '
                  f'{r.wheel}):')

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import importlib.metadata
 import os
 import re
 import subprocess
@@ -129,3 +131,58 @@ def extract(wheel: str, members, dest: str) -> list[str]:
         shutil.copyfileobj(src, out_f)
       out.append(f)
   return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirements:
+  """What a released jax wheel needs, from its metadata.
+
+  Attributes:
+    python: the ``Requires-Python`` specifier, e.g. ``>=3.12``.
+    jaxlib: the jaxlib versions it accepts: one version (``0.11.2``) when the
+      bounds are equal, else the specifier (``>=0.11.2,<=0.12.0``).
+  """
+  python: str
+  jaxlib: str
+
+
+def _jaxlib_spec(requires: list[str]) -> str:
+  for req in requires:
+    if ';' in req:  # An extra's or a platform's requirement.
+      continue
+    m = re.fullmatch(r'jaxlib\s*(?:\((.*)\)|(.*))', req.strip())
+    if m:
+      spec = (m.group(1) or m.group(2) or '').replace(' ', '')
+      parts = sorted(spec.split(','), key=lambda s: not s.startswith('>'))
+      bounds = {re.sub(r'^[<>=!~]+', '', s) for s in parts if s}
+      ops = {s[:2] for s in parts}
+      if len(bounds) == 1 and (ops == {'>=', '<='} or ops == {'=='}):
+        return bounds.pop()
+      return ','.join(parts)
+  return ''
+
+
+def requirements(wheel: str) -> Requirements:
+  """Reads the Python and jaxlib requirements of a jax wheel.
+
+  Args:
+    wheel: path of a ``jax-V-py3-none-any.whl``.
+
+  Returns:
+    The requirements (empty strings for what the metadata does not state).
+
+  Raises:
+    EnvironmentProblem: the wheel has no readable ``.dist-info`` metadata.
+  """
+  try:
+    with zipfile.ZipFile(wheel) as zf:
+      info = next(n.split('/', 1)[0] for n in zf.namelist()
+                  if re.fullmatch(r'[^/]+\.dist-info/METADATA', n))
+      dist = importlib.metadata.PathDistribution(
+          zipfile.Path(zf, info + '/'))
+      metadata = dist.metadata
+      return Requirements(python=metadata.get('Requires-Python') or '',
+                          jaxlib=_jaxlib_spec(dist.requires or []))
+  except (OSError, StopIteration, zipfile.BadZipFile) as e:
+    raise errors.EnvironmentProblem(
+        f'Cannot read the metadata of {wheel}: {e}') from e

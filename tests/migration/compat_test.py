@@ -1,0 +1,101 @@
+"""Tests of the compatibility table and of the README's copy of it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+
+from migration import check  # noqa: E402
+from migration import compat  # noqa: E402
+from migration import errors  # noqa: E402
+from migration import manifest as manifest_lib  # noqa: E402
+from migration import wheels  # noqa: E402
+
+PATCHES = os.path.join(REPO, 'patches')
+README = os.path.join(REPO, 'README.md')
+VERSION = os.environ.get('JAX_INTERPRET_PATCHES_TEST_VERSION', '0.12.0.1')
+
+
+class CompatTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.manifest = manifest_lib.load(PATCHES)
+
+  def test_readme_table_is_current(self):
+    # Checks every served release against its released wheel, as
+    # `check --all --readme=README.md` does, and compares with the README.
+    results = check.check_versions(self.manifest,
+                                   self.manifest.served_versions())
+    block = compat.markdown(self.manifest,
+                            compat.rows(self.manifest, results))
+    with open(README, encoding='utf-8') as f:
+      readme = f.read()
+    self.assertEqual(
+        compat.replace_block(readme, block), readme,
+        'README.md\'s compatibility table is stale; regenerate it with '
+        'python -m migration check --all --readme=README.md')
+    for version in self.manifest.served_versions():
+      self.assertIn(f'| {version} |', readme)
+
+  def test_rows_name_requirements_and_missing_patches(self):
+    series = self.manifest.series_for(VERSION)
+    fits = [check.PatchFit(p.name, check.Fit.EXACT) for p in series.patches]
+    # A release whose series lacks a change (it lacks the API) shows it as
+    # not applicable; a conflicting patch shows as a conflict.
+    fits[0] = dataclasses.replace(fits[0], fit=check.Fit.CONFLICT)
+    result = check.VersionCheck(VERSION, series.name, True,
+                                wheels.wheel_name(VERSION),
+                                tuple(fits[:-1]))
+    [row] = compat.rows(self.manifest, [result])
+    features = compat.features(self.manifest)
+    self.assertLen(row.cells, len(features))
+    self.assertEqual(row.cells[0], compat.CONFLICT)
+    self.assertEqual(set(row.cells[1:-1]), {compat.APPLIES})
+    self.assertEqual(row.cells[-1], compat.NOT_APPLICABLE)
+    req = wheels.requirements(wheels.pristine_wheel(VERSION))
+    self.assertEqual((row.jaxlib, row.python), (req.jaxlib, req.python))
+    self.assertRegex(row.python, r'^>=3\.\d+$')
+    self.assertIn(VERSION.split('.')[1], row.jaxlib)
+    text = compat.text(self.manifest, [row])
+    self.assertIn(compat.NOT_APPLICABLE, text)
+    self.assertIn(f'#5: {features[4].description}', text)
+
+  def test_jaxlib_spec(self):
+    spec = wheels._jaxlib_spec  # pylint: disable=protected-access
+    self.assertEqual(spec(['jaxlib<=0.9.2,>=0.9.2']), '0.9.2')
+    self.assertEqual(spec(['jaxlib<=0.12.0.1,>=0.11.2']),
+                     '>=0.11.2,<=0.12.0.1')
+    self.assertEqual(spec(['jaxlib (>=0.4.1)']), '>=0.4.1')
+    self.assertEqual(
+        spec(['jaxlib==0.7.2; extra == "cpu"', 'ml_dtypes>=0.5']), '')
+
+  def test_replace_block(self):
+    doc = f'intro\n{compat.BEGIN}\nold\n{compat.END}\nrest\n'
+    block = f'{compat.BEGIN}\nnew\n{compat.END}'
+    self.assertEqual(compat.replace_block(doc, block),
+                     f'intro\n{block}\nrest\n')
+    with self.assertRaisesRegex(errors.UsageError, 'no compatibility table'):
+      compat.replace_block('no markers here', block)
+
+  def test_cli_readme_needs_all(self):
+    proc = subprocess.run(
+        [sys.executable, '-m', 'migration', 'check', f'--version={VERSION}',
+         '--readme=README.md'],
+        env=dict(os.environ, PYTHONPATH=REPO), cwd=REPO,
+        capture_output=True, text=True, check=False)
+    self.assertEqual(proc.returncode, 2, proc.stderr)
+    self.assertIn('--readme needs --all', proc.stderr)
+
+
+if __name__ == '__main__':
+  absltest.main()
