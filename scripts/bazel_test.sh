@@ -55,6 +55,12 @@ for version in "${versions[@]}"; do
   fi
 done
 python=".venvs/test-jax-${versions[0]}/bin/python"
+newest="$("$python" scripts/served_releases.py --which=newest | sort)"
+if [[ "$newest" != "$(printf '%s\n' "${versions[@]}" | sort)" ]]; then
+  echo "bazel_test.sh: JAX_VERSIONS in bazel/defs.bzl must be the newest" \
+    "served release of each minor line:" $newest >&2
+  exit 1
+fi
 JAX_INTERPRET_PATCHES_CACHE="$PWD/.venvs" PYTHONPATH="$PWD" "$python" -c '
 from migration import manifest, wheels
 for version in manifest.load("patches").served_versions():

@@ -5,6 +5,8 @@
 #
 # Usage: scripts/test.sh            (jax 0.12.0.1)
 #        JAX_VERSION=0.12.0 scripts/test.sh
+#        JAX_VERSION=0.12.0 TEST_SCOPE=kernels scripts/test.sh
+#          (apply, then only the interpreter tests and the examples)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -18,4 +20,4 @@ export JAX_INTERPRET_PATCHES_TEST_VERSION="${JAX_INTERPRET_PATCHES_TEST_VERSION:
 scripts/make_venv.sh "$version" "$venv"
 PYTHONPATH="$PWD" "$venv/bin/python" -m migration apply
 PYTHONPATH="$PWD" "$venv/bin/python" -m migration status
-"$venv/bin/python" scripts/run_tests.py
+"$venv/bin/python" scripts/run_tests.py --scope="${TEST_SCOPE:-all}"
