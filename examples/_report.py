@@ -26,9 +26,25 @@ Integer and boolean rows are compared exactly, floating point rows with
 
 from collections.abc import Callable, Sequence
 import dataclasses
+import functools
+import importlib
+import inspect
 
+import jax
+from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
+import jax.numpy as jnp
 import numpy as np
+
+try:
+  mosaic_interpret = importlib.import_module(
+      'jax._src.pallas.mosaic.interpret.interpret_pallas_call'
+  )
+except ModuleNotFoundError:
+  # Up to jax 0.7, the TPU interpreter is the single module `interpret`.
+  mosaic_interpret = importlib.import_module(
+      'jax._src.pallas.mosaic.interpret'
+  )
 
 Row = tuple[str, np.ndarray, np.ndarray]
 
@@ -52,6 +68,71 @@ def interpret_params(**kwargs) -> pltpu.InterpretParams:
   if kwargs.get('detect_races') and 'on_race' in fields:
     kwargs['on_race'] = 'warn'
   return pltpu.InterpretParams(**kwargs)
+
+
+def kernel(**kwargs):
+  """Returns `pl.kernel(**kwargs)`, with argument names this jax accepts.
+
+  `pl.kernel` takes `out_type` and `scratch_types`; older versions call them
+  `out_shape` and `scratch_shapes`.
+
+  Args:
+    **kwargs: Keyword arguments of `pl.kernel`.
+
+  Returns:
+    The result of `pl.kernel`, e.g. a decorator for the kernel body.
+  """
+  if not hasattr(pl, 'kernel'):
+    return _kernel_from_core_map(**kwargs)
+  parameters = inspect.signature(pl.kernel).parameters
+  for name, old_name in (
+      ('out_type', 'out_shape'),
+      ('scratch_types', 'scratch_shapes'),
+  ):
+    if name in kwargs and name not in parameters:
+      kwargs[old_name] = kwargs.pop(name)
+  return pl.kernel(**kwargs)
+
+
+def _kernel_from_core_map(
+    *, out_type, mesh, scratch_types=(), interpret=False
+):
+  """Returns a decorator like `pl.kernel`, for versions without `pl.kernel`.
+
+  As `pl.kernel` does, it runs the body in a `pl.core_map` over `mesh`, on refs
+  to the operands and outputs, with the scratch allocated by `pl.run_scoped`.
+
+  Args:
+    out_type: A `jax.ShapeDtypeStruct`, or a tuple or list of them.
+    mesh: The mesh to run the kernel on.
+    scratch_types: The types of the scratch buffers and semaphores.
+    interpret: The interpret mode parameters.
+
+  Returns:
+    A decorator that turns a kernel body into a function of the operands.
+  """
+  unwrap = not isinstance(out_type, (tuple, list))
+  out_types = (out_type,) if unwrap else tuple(out_type)
+
+  def decorator(body):
+    @jax.jit
+    def wrapper(*operands):
+      def stateful(refs):
+        in_refs, out_refs = refs
+
+        @pl.core_map(mesh, interpret=interpret)
+        def _():
+          pl.run_scoped(
+              functools.partial(body, *in_refs, *out_refs), *scratch_types
+          )
+
+      outs = tuple(jnp.zeros(t.shape, t.dtype) for t in out_types)
+      _, outs = pl.run_state(stateful)((operands, outs))
+      return outs[0] if unwrap else outs
+
+    return wrapper
+
+  return decorator
 
 
 def tensorcore_mesh(axis_name: str, num_cores: int):

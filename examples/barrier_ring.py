@@ -55,13 +55,13 @@ import sys
 
 import jax
 from jax import lax
-from jax._src.pallas.mosaic.interpret import interpret_pallas_call as mosaic_interpret
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import numpy as np
 
 import _report
+from _report import mosaic_interpret
 
 NUM_DEVICES = 4
 # Simulate NUM_DEVICES CPU devices; must happen before jax's first use.
@@ -96,8 +96,10 @@ def ring_all_gather_kernel(x_ref, o_ref, counts_ref, send_sem, recv_sems):
   # Neighbour barrier: both neighbours must be in the kernel before we DMA
   # into them (and they into us).
   barrier = pltpu.get_barrier_semaphore()
-  pl.semaphore_signal(barrier, 1, device_id={'x': left})
-  pl.semaphore_signal(barrier, 1, device_id={'x': right})
+  # Device ids are mesh coordinates as tuples, which every version of TPU
+  # interpret mode takes (older ones take no dicts).
+  pl.semaphore_signal(barrier, 1, device_id=(left,))
+  pl.semaphore_signal(barrier, 1, device_id=(right,))
   pl.semaphore_wait(barrier, 2, decrement=False)  # Observe without consuming.
   counts_ref[0] = pl.semaphore_read(barrier)
   pl.semaphore_wait(barrier, 2)  # Consume.
@@ -113,7 +115,7 @@ def ring_all_gather_kernel(x_ref, o_ref, counts_ref, send_sem, recv_sems):
         dst_ref=o_ref.at[slot],
         send_sem=send_sem,
         recv_sem=recv_sems.at[slot],
-        device_id={'x': right},
+        device_id=(right,),
     )
     send.start()
     send.wait_send()

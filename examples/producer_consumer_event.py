@@ -47,13 +47,13 @@ supports non-decrementing waits and `pl.semaphore_read`.
 import sys
 
 import jax
-from jax._src.pallas.mosaic.interpret import interpret_pallas_call as mosaic_interpret
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import numpy as np
 
 import _report
+from _report import mosaic_interpret
 
 NUM_CORES = 4
 CHUNKS_PER_CORE = 2
@@ -78,7 +78,7 @@ def normalize_columns(x: jax.Array) -> tuple[jax.Array, ...]:
   """
   mesh = _report.tensorcore_mesh('core', NUM_CORES)
 
-  @pl.kernel(
+  @_report.kernel(
       out_type=(
           jax.ShapeDtypeStruct((CHUNK_ROWS, COLS), jnp.float32),
           jax.ShapeDtypeStruct((ROWS, COLS), jnp.float32),

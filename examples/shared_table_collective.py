@@ -60,13 +60,13 @@ import sys
 
 import jax
 from jax import lax
-from jax._src.pallas.mosaic.interpret import interpret_pallas_call as mosaic_interpret
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import numpy as np
 
 import _report
+from _report import mosaic_interpret
 
 NUM_CORES = 4
 CODES = 128
@@ -97,7 +97,7 @@ def cosine_scores(
   """
   mesh = _report.tensorcore_mesh('core', NUM_CORES)
 
-  @pl.kernel(
+  @_report.kernel(
       out_type=(
           jax.ShapeDtypeStruct((CODES, COLS), jnp.float32),
           jax.ShapeDtypeStruct((ROWS, CODES), jnp.float32),

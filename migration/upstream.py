@@ -10,7 +10,8 @@ checkout itself is never touched), the export
    three-way merge (``git merge-file``) from the released files the series
    was made against; any conflict stops the export;
 2. adds its test files to ``tests/pallas/``, with the shared test helper
-   inlined (upstream's interpret tests are self-contained files), and a
+   inlined (upstream's interpret tests are self-contained files) and the
+   code kept for older jax releases left out (``for_jax_head``), and a
    ``jax_multiplatform_test`` target per file to ``tests/pallas/BUILD``;
 3. adds an entry to the unreleased section of ``docs/pallas/CHANGELOG.md``;
 4. commits with a message for reviewers and writes it with
@@ -43,6 +44,21 @@ HELPER = 'tpu_interpret_test_util'
 BUILD = os.path.join(TEST_DIR, 'BUILD')
 CHANGELOG = os.path.join('docs', 'pallas', 'CHANGELOG.md')
 CHANGELOG_SECTION = '### Mosaic TPU interpret mode'
+
+# The tests also run on older jax releases. The code that only those need is
+# fenced by these comment lines in the helper and the tests; inside a fence,
+# a comment `# At jax HEAD: <code>` gives the code that replaces the fence.
+OLDER_RELEASES_BEGIN = '# Older jax releases: begin.'
+OLDER_RELEASES_END = '# Older jax releases: end.'
+AT_HEAD = '# At jax HEAD: '
+# Uses of the helper's shims for older releases, and their HEAD equivalents
+# (the inlined helper imports `mosaic_interpret` itself).
+HEAD_EQUIVALENTS = {
+    'test_util.kernel(': 'pl.kernel(',
+    'test_util.reset_after_failure()':
+        'pltpu.reset_tpu_interpret_mode_state()',
+    f'from {HELPER} import mosaic_interpret\n': '',
+}
 
 # Why reviewers should take interpret-mode support that the compiler lacks.
 REVIEWER_NOTE = """\
@@ -285,6 +301,39 @@ def merge_feature(worktree: str, before: dict[str, str],
         fh.write(proc.stdout)
 
 
+def for_jax_head(source: str) -> str:
+  """Returns a test or helper source without its code for older releases.
+
+  Each fence from ``OLDER_RELEASES_BEGIN`` to ``OLDER_RELEASES_END`` is
+  replaced by its ``# At jax HEAD: <code>`` lines as code, at their
+  indentation, and the uses of shims in ``HEAD_EQUIVALENTS`` by their HEAD
+  equivalents.
+
+  Raises:
+    PatchDataError: a fence is not closed.
+  """
+  out = []
+  fenced = False
+  for line in source.splitlines(keepends=True):
+    stripped = line.strip()
+    if stripped == OLDER_RELEASES_BEGIN:
+      fenced = True
+    elif stripped == OLDER_RELEASES_END:
+      fenced = False
+    elif not fenced:
+      out.append(line)
+    elif stripped.startswith(AT_HEAD):
+      indent = line[:len(line) - len(line.lstrip())]
+      out.append(indent + stripped[len(AT_HEAD):] + '\n')
+  if fenced:
+    raise errors.PatchDataError(
+        f'{OLDER_RELEASES_BEGIN!r} without {OLDER_RELEASES_END!r}.')
+  text = ''.join(out)
+  for shim, head in HEAD_EQUIVALENTS.items():
+    text = text.replace(shim, head)
+  return text
+
+
 def inline_helper(test_source: str, helper_source: str) -> str:
   """Returns a test file with the shared helper module inlined.
 
@@ -460,7 +509,8 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
         merge_feature(worktree, states[number - 1], states[number], feature)
       for test in feature.tests:
         with open(os.path.join(tests_dir, test), encoding='utf-8') as f:
-          source = inline_helper(f.read(), helper)
+          source = inline_helper(for_jax_head(f.read()),
+                                 for_jax_head(helper))
         with open(os.path.join(worktree, TEST_DIR, test), 'w',
                   encoding='utf-8') as f:
           f.write(source)

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import zipfile
 
 from absl.testing import absltest
@@ -146,6 +147,14 @@ class UpstreamExportTest(absltest.TestCase):
         self.assertNotIn(upstream.HELPER, source)
         self.assertNotIn('test_util.', source.replace('jtu.', ''))
         self.assertIn('def fail_instead_of_hanging(', source)
+        # Upstream gets the tests as they are at jax HEAD: no shims for
+        # older releases.
+        self.assertNotIn('Older jax releases', source)
+        self.assertNotIn('At jax HEAD', source)
+        self.assertNotIn('importlib', source)
+        self.assertNotIn('def kernel(**kwargs)', source)
+        self.assertIn('from jax._src.pallas.mosaic.interpret import '
+                      'interpret_pallas_call as mosaic_interpret\n', source)
     unreleased = changelog.split('## Released')[0]
     self.assertIn(upstream.CHANGELOG_SECTION, unreleased)
     self.assertEqual(unreleased.count('  * TPU interpret mode'),
@@ -170,6 +179,34 @@ class UpstreamExportTest(absltest.TestCase):
          os.path.join(REPO, 'ruff.toml'), 'tests/pallas', 'jax/_src/pallas'],
         cwd=clone, capture_output=True, text=True, check=False)
     self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
+  def test_for_jax_head(self):
+    source = textwrap.dedent(f'''\
+        import jax
+        {upstream.OLDER_RELEASES_BEGIN}
+        {upstream.AT_HEAD}import os
+        import sys
+        {upstream.OLDER_RELEASES_END}
+
+        def f():
+          {upstream.OLDER_RELEASES_BEGIN}
+          {upstream.AT_HEAD}return os.sep
+          return sys.platform
+          {upstream.OLDER_RELEASES_END}
+
+        test_util.kernel(mesh=m)(body)
+        ''')
+    self.assertEqual(upstream.for_jax_head(source), textwrap.dedent('''\
+        import jax
+        import os
+
+        def f():
+          return os.sep
+
+        pl.kernel(mesh=m)(body)
+        '''))
+    with self.assertRaisesRegex(errors.PatchDataError, 'without'):
+      upstream.for_jax_head(upstream.OLDER_RELEASES_BEGIN + '\n')
 
   def test_checkout_that_moved_on_gets_a_three_way_rebase(self):
     # Upstream edited a context line of a hunk of patch 0001: the patch no

@@ -12,15 +12,44 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Helpers shared by the TPU interpret mode tests of semaphores and scopes."""
+"""Helpers shared by the TPU interpret mode tests of semaphores and scopes.
+
+The tests run on every jax release the patch series serves (0.7.2 and newer).
+What only older releases need is fenced by `# Older jax releases: begin.` and
+`# Older jax releases: end.`; `python -m migration export-upstream` replaces
+each fence by its `# At jax HEAD:` lines (see `migration/upstream.py`).
+"""
 
 import contextlib
 import dataclasses
 import faulthandler
+# Older jax releases: begin.
+import functools
+import importlib
+import inspect
+# Older jax releases: end.
 import threading
 
-from jax._src.pallas.mosaic.interpret import interpret_pallas_call as mosaic_interpret
+# Older jax releases: begin.
+import jax
+from jax._src import dispatch
+from jax.experimental import pallas as pl
+# Older jax releases: end.
 from jax.experimental.pallas import tpu as pltpu
+# Older jax releases: begin.
+import jax.numpy as jnp
+# At jax HEAD: from jax._src.pallas.mosaic.interpret import interpret_pallas_call as mosaic_interpret
+
+# Up to jax 0.7, the TPU interpreter is the single module `interpret`.
+try:
+  mosaic_interpret = importlib.import_module(
+      'jax._src.pallas.mosaic.interpret.interpret_pallas_call'
+  )
+except ModuleNotFoundError:
+  mosaic_interpret = importlib.import_module(
+      'jax._src.pallas.mosaic.interpret'
+  )
+# Older jax releases: end.
 
 
 # Seconds a kernel may run before it is failed as a hang.
@@ -48,12 +77,13 @@ def fail_instead_of_hanging(timeout_s: float = _KERNEL_TIMEOUT_S):
 
   def abort():
     fired.set()
-    shared_memory = mosaic_interpret._shared_memory
-    if shared_memory is not None:
-      shared_memory.set_failed(
-          TimeoutError(f'kernel did not finish within {timeout_s} s'),
-          top_level=False,
-      )
+    error = TimeoutError(f'kernel did not finish within {timeout_s} s')
+    # Older jax releases: begin.
+    # At jax HEAD: shared_memory = mosaic_interpret._shared_memory
+    # At jax HEAD: if shared_memory is not None:
+    # At jax HEAD:   shared_memory.set_failed(error, top_level=False)
+    _set_failed(error)
+    # Older jax releases: end.
 
   timer = threading.Timer(timeout_s, abort)
   timer.daemon = True
@@ -69,18 +99,37 @@ def fail_instead_of_hanging(timeout_s: float = _KERNEL_TIMEOUT_S):
 
 
 def interpret_params(**kwargs) -> pltpu.InterpretParams:
-  """Returns `InterpretParams` that warn, rather than raise, on races."""
+  """Returns `InterpretParams` that warn, rather than raise, on races.
+
+  Args:
+    **kwargs: Fields of `InterpretParams`.
+
+  Returns:
+    The parameters.
+  """
   fields = {f.name for f in dataclasses.fields(pltpu.InterpretParams)}
   if kwargs.get('detect_races') and 'on_race' in fields:
     kwargs['on_race'] = 'warn'
+  # Older jax releases: begin.
+  if 'num_cores_or_threads' in kwargs and 'num_cores_or_threads' not in fields:
+    old_name = (
+        'num_cores_or_threads_per_device'
+        if 'num_cores_or_threads_per_device' in fields
+        else 'num_cores_per_device'
+    )
+    kwargs[old_name] = kwargs.pop('num_cores_or_threads')
+  if (
+      kwargs.get('allow_hbm_allocation_in_run_scoped')
+      and 'allow_hbm_allocation_in_run_scoped' not in fields
+  ):
+    # Releases without the field always allow it.
+    del kwargs['allow_hbm_allocation_in_run_scoped']
+  # Older jax releases: end.
   return pltpu.InterpretParams(**kwargs)
 
 
 def tensorcore_mesh(axis_name: str, num_cores: int):
   """Returns a `pltpu.TensorCoreMesh` of `num_cores` TensorCores.
-
-  `pltpu.TensorCoreMesh(axis_name=..., num_cores=...)` is public from jax 0.11;
-  older versions make the same mesh with `pltpu.create_tensorcore_mesh`.
 
   Args:
     axis_name: The name of the core axis.
@@ -89,6 +138,117 @@ def tensorcore_mesh(axis_name: str, num_cores: int):
   Returns:
     The mesh.
   """
+  # Older jax releases: begin.
+  # At jax HEAD: return pltpu.TensorCoreMesh(axis_name=axis_name, num_cores=num_cores)
+  # `pltpu.TensorCoreMesh(axis_name=..., num_cores=...)` is public from jax
+  # 0.11; older releases make the same mesh with `create_tensorcore_mesh`.
   if hasattr(pltpu, 'TensorCoreMesh'):
     return pltpu.TensorCoreMesh(axis_name=axis_name, num_cores=num_cores)
   return pltpu.create_tensorcore_mesh(axis_name, num_cores=num_cores)
+  # Older jax releases: end.
+
+
+# Older jax releases: begin.
+# Shims for the public APIs that older jax releases lack or name differently.
+# export-upstream writes their HEAD equivalents where they are used
+# (HEAD_EQUIVALENTS in migration/upstream.py).
+
+
+def _set_failed(error: Exception) -> None:
+  """Marks the interpreter's shared memory (if any) as failed with `error`."""
+  if hasattr(mosaic_interpret, '_shared_memory'):
+    shared_memory = mosaic_interpret._shared_memory
+  else:
+    # jax 0.8.0 keeps it in the interpreter's `shared_memory` module.
+    shared_memory = mosaic_interpret.memory._shared_memory
+  if shared_memory is None:
+    return
+  # `top_level` exists only where cores and devices fail separately.
+  kwargs = {}
+  if 'top_level' in inspect.signature(shared_memory.set_failed).parameters:
+    kwargs['top_level'] = False
+  shared_memory.set_failed(error, **kwargs)
+
+
+def reset_after_failure():
+  """Resets TPU interpret mode and JAX's effect tokens after a kernel failed.
+
+  At jax HEAD this is `pltpu.reset_tpu_interpret_mode_state()`.
+  `jax.effects_barrier()` re-raises the failure of the computation (one error,
+  or a group of them) and drops the failed computation's tokens for ordered
+  effects. Older JAX runtimes raise without dropping them, and then fail every
+  later computation with ordered effects on the same devices with the same
+  error; this drops them there too.
+  """
+  pltpu.reset_tpu_interpret_mode_state()
+  try:
+    jax.effects_barrier()
+  except Exception:  # pylint: disable=broad-exception-caught
+    dispatch.runtime_tokens.clear()
+
+
+def kernel(**kwargs):
+  """Returns `pl.kernel(**kwargs)`, with argument names this jax accepts.
+
+  At jax HEAD this is `pl.kernel`. Older releases call `out_type` and
+  `scratch_types` `out_shape` and `scratch_shapes`, and the oldest have no
+  `pl.kernel`.
+
+  Args:
+    **kwargs: Keyword arguments of `pl.kernel`.
+
+  Returns:
+    The result of `pl.kernel`, e.g. a decorator for the kernel body.
+  """
+  if not hasattr(pl, 'kernel'):
+    return _kernel_from_core_map(**kwargs)
+  parameters = inspect.signature(pl.kernel).parameters
+  for name, old_name in (
+      ('out_type', 'out_shape'),
+      ('scratch_types', 'scratch_shapes'),
+  ):
+    if name in kwargs and name not in parameters:
+      kwargs[old_name] = kwargs.pop(name)
+  return pl.kernel(**kwargs)
+
+
+def _kernel_from_core_map(
+    *, out_type, mesh, scratch_types=(), interpret=False
+):
+  """Returns a decorator like `pl.kernel`, for releases without `pl.kernel`.
+
+  As `pl.kernel` does, it runs the body in a `pl.core_map` over `mesh`, on refs
+  to the operands and outputs, with the scratch allocated by `pl.run_scoped`.
+
+  Args:
+    out_type: A `jax.ShapeDtypeStruct`, or a tuple or list of them.
+    mesh: The mesh to run the kernel on.
+    scratch_types: The types of the scratch buffers and semaphores.
+    interpret: The interpret mode parameters.
+
+  Returns:
+    A decorator that turns a kernel body into a function of the operands.
+  """
+  unwrap = not isinstance(out_type, (tuple, list))
+  out_types = (out_type,) if unwrap else tuple(out_type)
+
+  def decorator(body):
+    @jax.jit
+    def wrapper(*operands):
+      def stateful(refs):
+        in_refs, out_refs = refs
+
+        @pl.core_map(mesh, interpret=interpret)
+        def _():
+          pl.run_scoped(
+              functools.partial(body, *in_refs, *out_refs), *scratch_types
+          )
+
+      outs = tuple(jnp.zeros(t.shape, t.dtype) for t in out_types)
+      _, outs = pl.run_state(stateful)((operands, outs))
+      return outs[0] if unwrap else outs
+
+    return wrapper
+
+  return decorator
+# Older jax releases: end.

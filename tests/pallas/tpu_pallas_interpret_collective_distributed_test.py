@@ -23,12 +23,12 @@ from absl.testing import parameterized
 import jax
 from jax._src import shard_map
 from jax._src import test_util as jtu
-from jax._src.pallas.mosaic.interpret import interpret_pallas_call as mosaic_interpret
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import numpy as np
 import tpu_interpret_test_util as test_util
+from tpu_interpret_test_util import mosaic_interpret
 
 jax.config.parse_flags_with_absl()
 jtu.request_cpu_devices(4)
@@ -58,7 +58,7 @@ class InterpretCollectiveRunScopedDistributedTest(jtu.JaxTestCase):
     device_mesh = jtu.create_mesh((num_devices,), ('x',))
     core_mesh = test_util.tensorcore_mesh('core', num_cores)
 
-    @pl.kernel(
+    @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((num_cores, *_SHAPE), jnp.float32),
         mesh=core_mesh,
         interpret=test_util.interpret_params(**params),

@@ -22,12 +22,12 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 from jax._src import test_util as jtu
-from jax._src.pallas.mosaic.interpret import interpret_pallas_call as mosaic_interpret
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import numpy as np
 import tpu_interpret_test_util as test_util
+from tpu_interpret_test_util import mosaic_interpret
 
 
 jax.config.parse_flags_with_absl()
@@ -92,7 +92,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     mesh = test_util.tensorcore_mesh('core', num_cores)
     last = num_cores - 1
 
-    @pl.kernel(
+    @test_util.kernel(
         out_type=_per_core_output(num_cores),
         mesh=mesh,
         interpret=test_util.interpret_params(**params),
@@ -144,7 +144,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
   def test_collective_vmem_scratch_two_cores(self):
     # Core 1 copies an input of 7.0 into the collective scratch and signals
     # core 0 on the collective semaphore; both cores copy the scratch out.
-    @pl.kernel(
+    @test_util.kernel(
         out_type=_per_core_output(2),
         mesh=test_util.tensorcore_mesh('core', 2),
         interpret=pltpu.InterpretParams(uninitialized_memory='zero'),
@@ -191,11 +191,11 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
         'hbm': pltpu.HBM(_SHAPE, jnp.int32),
     }[memory_space]
 
-    @pl.kernel(
+    @test_util.kernel(
         out_type=_per_core_output(num_cores, jnp.int32),
         mesh=test_util.tensorcore_mesh('core', num_cores),
         scratch_types=[pltpu.VMEM(_SHAPE, jnp.int32)],
-        interpret=pltpu.InterpretParams(
+        interpret=test_util.interpret_params(
             allow_hbm_allocation_in_run_scoped=True
         ),
     )
@@ -241,7 +241,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     # sets to (i + 1) * table, and every core adds it to its accumulator.
     num_cores, num_iterations = 4, 3
 
-    @pl.kernel(
+    @test_util.kernel(
         out_type=_per_core_output(num_cores),
         mesh=test_util.tensorcore_mesh('core', num_cores),
         scratch_types=[pltpu.VMEM(_SHAPE, jnp.float32)],
@@ -307,7 +307,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     # the collective allocation that follows must still be shared.
     num_cores = 2
 
-    @pl.kernel(
+    @test_util.kernel(
         out_type=_per_core_output(num_cores),
         mesh=test_util.tensorcore_mesh('core', num_cores),
         interpret=pltpu.InterpretParams(),
@@ -341,7 +341,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     # semaphore, the writes do not race; unordered, they do.
     num_cores = 2
 
-    @pl.kernel(
+    @test_util.kernel(
         out_type=_per_core_output(num_cores),
         mesh=test_util.tensorcore_mesh('core', num_cores),
         interpret=test_util.interpret_params(detect_races=True),
@@ -388,7 +388,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     rows_per_core = 8
     table_shape = (num_cores * rows_per_core, 128)
 
-    @pl.kernel(
+    @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((num_cores, *table_shape), jnp.float32),
         mesh=test_util.tensorcore_mesh('core', num_cores),
         scratch_types=[pltpu.VMEM((rows_per_core, 128), jnp.float32)],
@@ -431,7 +431,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     self.assertFalse(mosaic_interpret.races.races_found)
 
   def test_axis_not_in_scope_raises(self):
-    @pl.kernel(
+    @test_util.kernel(
         out_type=_per_core_output(2),
         mesh=test_util.tensorcore_mesh('core', 2),
         interpret=pltpu.InterpretParams(),
@@ -473,7 +473,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=('parallel',)
         ),
-        interpret=pltpu.InterpretParams(num_cores_or_threads=2),
+        interpret=test_util.interpret_params(num_cores_or_threads=2),
         name='grid_axis_collective',
     )
     with self.assertRaisesRegex(
@@ -484,7 +484,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
       f(jnp.ones((16, 128), jnp.float32))
 
   def test_mismatched_collective_allocations_raise(self):
-    @pl.kernel(
+    @test_util.kernel(
         out_type=_per_core_output(2),
         mesh=test_util.tensorcore_mesh('core', 2),
         interpret=pltpu.InterpretParams(),
@@ -518,7 +518,7 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     pltpu.reset_tpu_interpret_mode_state()
 
   def test_collective_scope_not_entered_by_all_cores_raises(self):
-    @pl.kernel(
+    @test_util.kernel(
         out_type=_per_core_output(2),
         mesh=test_util.tensorcore_mesh('core', 2),
         interpret=pltpu.InterpretParams(),

@@ -62,7 +62,9 @@ class InterpretDeadlockDistributedTest(jtu.JaxTestCase):
 
       @pl.when(my_id < num_devices - num_missing_signals)
       def _():
-        pl.semaphore_signal(sem, 1, device_id={'x': right_neighbor})
+        # A tuple of mesh coordinates, which every version of TPU interpret
+        # mode takes (older ones take no dicts).
+        pl.semaphore_signal(sem, 1, device_id=(right_neighbor,))
 
       pl.semaphore_wait(sem, 1, decrement=False)
       o_ref[0] = pl.semaphore_read(sem)
@@ -91,7 +93,7 @@ class InterpretDeadlockDistributedTest(jtu.JaxTestCase):
     with test_util.fail_instead_of_hanging():
       with self.assertRaises(jax.errors.JaxRuntimeError) as cm:
         self._ring(num_missing_signals)().block_until_ready()
-    pltpu.reset_tpu_interpret_mode_state()
+    test_util.reset_after_failure()
     message = str(cm.exception)
     self.assertIn('Deadlock: every core is finished or blocked', message)
     # Device 0 is never signalled when device 3 does not signal it.

@@ -63,7 +63,7 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
   def _unsatisfiable_kernel(self, num_cores, decrement, **params):
     # Every core waits for its own semaphore to reach core + 1; only core 0's
     # semaphore is ever signalled, with 1, so only core 0's wait is satisfied.
-    @pl.kernel(
+    @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((num_cores, *_SHAPE), jnp.float32),
         mesh=test_util.tensorcore_mesh('core', num_cores),
         scratch_types=[
@@ -102,15 +102,18 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
     message = str(cm.exception)
     self.assertIn('Deadlock: every core is finished or blocked', message)
     for core in range(1, num_cores):
+      # Where `pl.kernel` allocates its scratch with a `run_scoped`, the
+      # message also says where the semaphore was allocated.
       self.assertRegex(
           message,
           rf'device 0, core {core}: waits at .*{re.escape(__file__)}:{line}'
-          rf'[^\n]* for semaphore \d+ to reach {core + 1}; its count is 0\.',
+          rf'[^\n]* for semaphore \d+( allocated at [^\n]*)? to reach'
+          rf' {core + 1}; its count is 0\.',
       )
     self.assertIn('Finished (device, core): [(0, 0)]', message)
 
   def test_single_core_unsatisfiable_wait_raises(self):
-    @pl.kernel(
+    @test_util.kernel(
         out_type=jax.ShapeDtypeStruct(_SHAPE, jnp.float32),
         mesh=test_util.tensorcore_mesh('core', 1),
         interpret=pltpu.InterpretParams(),
@@ -143,7 +146,7 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
 
   def test_never_entered_collective_scope_raises(self):
     # Core 0 waits in a collective scope for core 1, which never enters it.
-    @pl.kernel(
+    @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((2, *_SHAPE), jnp.float32),
         mesh=test_util.tensorcore_mesh('core', 2),
         interpret=pltpu.InterpretParams(),
@@ -183,7 +186,7 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
     # DMA signals. Under 'on_wait', the DMA is still queued when core 0 waits.
     num_bytes = np.prod(_SHAPE) * np.dtype(np.float32).itemsize
 
-    @pl.kernel(
+    @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((2, *_SHAPE), jnp.float32),
         mesh=test_util.tensorcore_mesh('core', 2),
         scratch_types=[
@@ -213,7 +216,7 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
     # Core 1 computes for a while before it signals core 0, which waits.
     num_iterations = 300
 
-    @pl.kernel(
+    @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((2, *_SHAPE), jnp.float32),
         mesh=test_util.tensorcore_mesh('core', 2),
         scratch_types=[

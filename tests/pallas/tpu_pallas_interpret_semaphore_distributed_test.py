@@ -24,12 +24,12 @@ import jax
 from jax import lax
 from jax._src import shard_map
 from jax._src import test_util as jtu
-from jax._src.pallas.mosaic.interpret import interpret_pallas_call as mosaic_interpret
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import numpy as np
 import tpu_interpret_test_util as test_util
+from tpu_interpret_test_util import mosaic_interpret
 
 jax.config.parse_flags_with_absl()
 jtu.request_cpu_devices(4)
@@ -71,8 +71,10 @@ class InterpretSemaphoreDistributedTest(jtu.JaxTestCase):
       right_neighbor = lax.rem(my_id + 1, num_devices)
 
       barrier_sem = pltpu.get_barrier_semaphore()
-      pl.semaphore_signal(barrier_sem, device_id={'x': left_neighbor})
-      pl.semaphore_signal(barrier_sem, device_id={'x': right_neighbor})
+      # Device ids are mesh coordinates as tuples, which every version of TPU
+      # interpret mode takes (older ones take no dicts).
+      pl.semaphore_signal(barrier_sem, device_id=(left_neighbor,))
+      pl.semaphore_signal(barrier_sem, device_id=(right_neighbor,))
       pl.semaphore_wait(barrier_sem, 2, decrement=False)
       pl.semaphore_wait(barrier_sem, 1, decrement=False)
       count_ref[0] = pl.semaphore_read(barrier_sem)
@@ -84,7 +86,7 @@ class InterpretSemaphoreDistributedTest(jtu.JaxTestCase):
           dst_ref=o_ref,
           send_sem=send_sem,
           recv_sem=recv_sem,
-          device_id={'x': right_neighbor},
+          device_id=(right_neighbor,),
       )
       copy.start()
       copy.wait()
@@ -139,7 +141,9 @@ class InterpretSemaphoreDistributedTest(jtu.JaxTestCase):
     def kernel(o_ref, sem):
       my_id = lax.axis_index('x')
       right_neighbor = lax.rem(my_id + 1, num_devices)
-      pl.semaphore_signal(sem, my_id + 1, device_id={'x': right_neighbor})
+      # A tuple of mesh coordinates, which every version of TPU interpret
+      # mode takes (older ones take no dicts).
+      pl.semaphore_signal(sem, my_id + 1, device_id=(right_neighbor,))
       left_id = lax.rem(my_id + num_devices - 1, num_devices)
       pl.semaphore_wait(sem, left_id + 1, decrement=False)
       pl.semaphore_wait(sem, 1, decrement=False)

@@ -28,12 +28,12 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 from jax._src import test_util as jtu
-from jax._src.pallas.mosaic.interpret import interpret_pallas_call as mosaic_interpret
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import numpy as np
 import tpu_interpret_test_util as test_util
+from tpu_interpret_test_util import mosaic_interpret
 
 
 jax.config.parse_flags_with_absl()
@@ -239,7 +239,7 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
     # consuming it, records the count it sees, and then consumes it.
     mesh = test_util.tensorcore_mesh('core', num_cores)
 
-    @pl.kernel(
+    @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((num_cores, 8, 128), jnp.int32),
         mesh=mesh,
         scratch_types=[
@@ -276,7 +276,7 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
   def test_local_signal_targets_calling_core(self):
     mesh = test_util.tensorcore_mesh('core', 2)
 
-    @pl.kernel(
+    @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((2, 8, 128), jnp.float32),
         mesh=mesh,
         scratch_types=[
@@ -309,7 +309,7 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
     # without it, race detection must report a race.
     mesh = test_util.tensorcore_mesh('core', 2)
 
-    @pl.kernel(
+    @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
         mesh=mesh,
         scratch_types=[
@@ -340,7 +340,7 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
     self.assertEqual(mosaic_interpret.races.races_found, not wait_before_read)
 
   def test_nondecrementing_wait_does_not_hang_after_exception(self):
-    @pl.kernel(
+    @test_util.kernel(
         mesh=test_util.tensorcore_mesh('core', 2),
         out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
         scratch_types=[
