@@ -3,7 +3,7 @@
 # The venvs scripts/bazel_test.sh makes: .venvs/test-jax-<version>, with the
 # patch series applied by the migration tool. Keep this on one line: the
 # script reads it.
-JAX_VERSIONS = ["0.12.0.1", "0.11.2", "0.10.2"]
+JAX_VERSIONS = ["0.12.0.1", "0.11.2", "0.10.2", "0.9.2", "0.8.3", "0.7.2"]
 
 def jax_version_suffix(version):
     """Returns the target name suffix of a jax version: jax0_12_0_1."""
