@@ -174,7 +174,7 @@ def check_version(manifest, version: str,
   Args:
     manifest: the loaded ``manifest.Manifest``.
     version: a jax release; a version the manifest does not serve is
-      checked against the series of its ``major.minor`` line, or the newest.
+      checked against the series of the nearest served release.
     wheel_dirs: directories searched for wheels before the cache.
 
   Returns:
@@ -184,8 +184,8 @@ def check_version(manifest, version: str,
     UnsupportedError: no such jax release on the package index.
     EnvironmentProblem: git is missing or the wheel cannot be fetched.
   """
+  wheel = wheels.pristine_wheel(version, wheel_dirs)  # Validates `version`.
   series = manifest.series_for(version) or manifest.series_near(version)
-  wheel = wheels.pristine_wheel(version, wheel_dirs)
   with tempfile.TemporaryDirectory(prefix='jax-interpret-check-') as tmp:
     wheels.extract(wheel, series.files, tmp)
     fits = check_tree(series.patches, tmp)

@@ -120,14 +120,13 @@ class Manifest:
             f'{", ".join(self.served_versions())}).')
 
   def series_near(self, version: str) -> Series:
-    """Returns the series of ``version``'s line (``jax-X.Y``), else the newest.
+    """Returns the series of the served release nearest to ``version``.
 
-    For checking a release the manifest does not serve.
+    For checking a release the manifest does not serve (``nearest_served``).
     """
-    line = 'jax-' + '.'.join(version.split('.')[:2])
-    if line in self.series:
-      return self.series[line]
-    return self.series[max(self.series, key=version_key)]
+    series = self.series_for(self.nearest_served(version))
+    assert series is not None
+    return series
 
 
 def version_key(v: str) -> tuple:

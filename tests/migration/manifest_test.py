@@ -104,7 +104,7 @@ class ManifestTest(absltest.TestCase):
       major, minor = v.split('.')[:2]
       return int(major) * 1000 + int(minor)
 
-    for version in ('0.7.2', '0.11.1', '99.0'):
+    for version in ('0.6.2', '0.7.1', '0.13.0', '99.0'):
       nearest = manifest.nearest_served(version)
       self.assertIn(nearest, served)
       # On the closest line to `version`, and the newest release of it.
@@ -113,9 +113,13 @@ class ManifestTest(absltest.TestCase):
       self.assertEqual(nearest, max(
           (v for v in served if line(v) == line(nearest)),
           key=manifest_lib.version_key))
-    self.assertEqual(manifest.nearest_served('0.11.1'), '0.11.2')
-    self.assertIn('nearest served release is 0.11.2',
-                  manifest.not_served_message('0.11.1'))
+    self.assertEqual(manifest.nearest_served('0.7.1'), '0.7.2')
+    self.assertEqual(manifest.nearest_served('0.13.0'), served[-1])
+    self.assertIn('nearest served release is 0.7.2',
+                  manifest.not_served_message('0.6.2'))
+    # An unserved release is checked against the nearest one's series.
+    self.assertIs(manifest.series_near('0.6.2'),
+                  manifest.series_for('0.7.2'))
 
   def test_manifest_is_up_to_date(self):
     with open(os.path.join(PATCHES, manifest_lib.MANIFEST)) as f:
