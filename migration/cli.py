@@ -259,8 +259,9 @@ def _check(patches_dir: str) -> tuple[int, str]:
     data['readme'] = {'path': _README.value, 'changed': after != before}
   if _JSON.value:
     return code, report.to_json(data)
-  text = report.check_text(results, compat.text(manifest, table),
-                           only_conflicts=_ALL.value)
+  text = report.check_text(
+      results, report.compat_text(compat.features(manifest), table),
+      only_conflicts=_ALL.value)
   if _README.value:
     text += (f'\nRewrote the compatibility table in {_README.value}.'
              if data['readme']['changed'] else

@@ -88,7 +88,8 @@ def _cell(fit: check.Fit) -> str:
   return APPLIES
 
 
-def rows(manifest: manifest_lib.Manifest, results: Sequence[check.VersionCheck],
+def rows(manifest: manifest_lib.Manifest,
+         results: Sequence[check.VersionCheck],
          wheel_dirs: tuple[str, ...] = ()) -> list[Row]:
   """Builds one row per checked release, newest first.
 
@@ -116,28 +117,6 @@ def rows(manifest: manifest_lib.Manifest, results: Sequence[check.VersionCheck],
                    cells))
   return sorted(out, key=lambda row: manifest_lib.version_key(row.version),
                 reverse=True)
-
-
-def _table(headers: list[str], body: list[list[str]]) -> list[str]:
-  widths = [max(len(r[i]) for r in [headers, *body])
-            for i in range(len(headers))]
-  fmt = '  '.join(f'{{:<{w}}}' for w in widths)
-  return [fmt.format(*headers).rstrip(),
-          fmt.format(*('-' * w for w in widths)),
-          *(fmt.format(*r).rstrip() for r in body)]
-
-
-def text(manifest: manifest_lib.Manifest, table: Sequence[Row]) -> str:
-  """Renders the table for a terminal, with a legend of the changes."""
-  feats = features(manifest)
-  headers = ['JAX', 'JAXLIB', 'PYTHON', 'SERIES',
-             *(f'#{f.number}' for f in feats)]
-  body = [[r.version, r.jaxlib, r.python,
-           r.series if r.served else f'({r.series}, not served)', *r.cells]
-          for r in table]
-  lines = _table(headers, body)
-  lines += ['', *(f'#{f.number}: {f.description}' for f in feats)]
-  return '\n'.join(lines)
 
 
 def markdown(manifest: manifest_lib.Manifest, table: Sequence[Row]) -> str:

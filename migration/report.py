@@ -154,13 +154,26 @@ def check_dict(results: list[check.VersionCheck],
           for r in results]}
 
 
+def compat_text(features: list[compat.Feature],
+                table: list[compat.Row]) -> str:
+  """Returns the compatibility table for a terminal, with a legend."""
+  headers = ['JAX', 'JAXLIB', 'PYTHON', 'SERIES',
+             *(f'#{f.number}' for f in features)]
+  body = [[r.version, r.jaxlib, r.python,
+           r.series if r.served else f'({r.series}, not served)', *r.cells]
+          for r in table]
+  lines = _table(headers, body)
+  lines += ['', *(f'#{f.number}: {f.description}' for f in features)]
+  return '\n'.join(lines)
+
+
 def check_text(results: list[check.VersionCheck], summary: str = '',
                only_conflicts: bool = False) -> str:
   """Returns the readable form of ``check``'s results.
 
   Args:
     results: ``check.check_versions``'s results.
-    summary: ``compat.text``'s table, printed first.
+    summary: ``compat_text``'s table, printed first.
     only_conflicts: show the per-patch detail only of releases where a patch
       conflicts (``--all``); otherwise of every release.
   """

@@ -17,6 +17,7 @@ from migration import check  # noqa: E402
 from migration import compat  # noqa: E402
 from migration import errors  # noqa: E402
 from migration import manifest as manifest_lib  # noqa: E402
+from migration import report  # noqa: E402
 from migration import wheels  # noqa: E402
 
 PATCHES = os.path.join(REPO, 'patches')
@@ -66,7 +67,7 @@ class CompatTest(absltest.TestCase):
     self.assertEqual((row.jaxlib, row.python), (req.jaxlib, req.python))
     self.assertRegex(row.python, r'^>=3\.\d+$')
     self.assertIn(VERSION.split('.')[1], row.jaxlib)
-    text = compat.text(self.manifest, [row])
+    text = report.compat_text(features, [row])
     self.assertIn(compat.NOT_APPLICABLE, text)
     self.assertIn(f'#5: {features[4].description}', text)
 

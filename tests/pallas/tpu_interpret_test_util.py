@@ -139,7 +139,9 @@ def tensorcore_mesh(axis_name: str, num_cores: int):
     The mesh.
   """
   # Older jax releases: begin.
-  # At jax HEAD: return pltpu.TensorCoreMesh(axis_name=axis_name, num_cores=num_cores)
+  # At jax HEAD: return pltpu.TensorCoreMesh(
+  # At jax HEAD:     axis_name=axis_name, num_cores=num_cores
+  # At jax HEAD: )
   # `pltpu.TensorCoreMesh(axis_name=..., num_cores=...)` is public from jax
   # 0.11; older releases make the same mesh with `create_tensorcore_mesh`.
   if hasattr(pltpu, 'TensorCoreMesh'):
