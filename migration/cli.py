@@ -245,13 +245,14 @@ def _check(patches_dir: str) -> tuple[int, str]:
     raise errors.UsageError('--readme needs --all.')
   wheel_dirs = tuple(_WHEEL_DIR.value)
   results = check.check_versions(manifest, versions, wheel_dirs)
-  table = compat.rows(manifest, results, wheel_dirs)
-  data = report.check_dict(results, table, compat.features(manifest))
+  features = compat.features(manifest)
+  table = compat.rows(manifest, results, features, wheel_dirs)
+  data = report.check_dict(results, table, features)
   code = data['exit_code']
   if _README.value:
     with open(_README.value, encoding='utf-8') as f:
       before = f.read()
-    after = compat.replace_block(before, compat.markdown(manifest, table),
+    after = compat.replace_block(before, compat.markdown(features, table),
                                  _README.value)
     if after != before:
       with open(_README.value, 'w', encoding='utf-8') as f:
@@ -260,7 +261,7 @@ def _check(patches_dir: str) -> tuple[int, str]:
   if _JSON.value:
     return code, report.to_json(data)
   text = report.check_text(
-      results, report.compat_text(compat.features(manifest), table),
+      results, report.compat_text(features, table),
       only_conflicts=_ALL.value)
   if _README.value:
     text += (f'\nRewrote the compatibility table in {_README.value}.'

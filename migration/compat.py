@@ -90,12 +90,14 @@ def _cell(fit: check.Fit) -> str:
 
 def rows(manifest: manifest_lib.Manifest,
          results: Sequence[check.VersionCheck],
+         feats: Sequence[Feature],
          wheel_dirs: tuple[str, ...] = ()) -> list[Row]:
   """Builds one row per checked release, newest first.
 
   Args:
     manifest: the loaded ``manifest.Manifest``.
     results: ``check.check_versions``'s results.
+    feats: ``features(manifest)``, the columns.
     wheel_dirs: directories searched for wheels before the cache.
 
   Returns:
@@ -104,7 +106,6 @@ def rows(manifest: manifest_lib.Manifest,
   Raises:
     EnvironmentProblem: a wheel cannot be found or read.
   """
-  feats = features(manifest)
   out = []
   for r in results:
     series = manifest.series[r.series]
@@ -119,9 +120,8 @@ def rows(manifest: manifest_lib.Manifest,
                 reverse=True)
 
 
-def markdown(manifest: manifest_lib.Manifest, table: Sequence[Row]) -> str:
+def markdown(feats: Sequence[Feature], table: Sequence[Row]) -> str:
   """Renders the table as the README's Markdown, between the markers."""
-  feats = features(manifest)
   lines = [BEGIN, '',
            '| jax | jaxlib | Python | series | '
            + ' | '.join(f'#{f.number}' for f in feats) + ' |',

@@ -37,8 +37,9 @@ class CompatTest(absltest.TestCase):
     # `check --all --readme=README.md` does, and compares with the README.
     results = check.check_versions(self.manifest,
                                    self.manifest.served_versions())
-    block = compat.markdown(self.manifest,
-                            compat.rows(self.manifest, results))
+    features = compat.features(self.manifest)
+    block = compat.markdown(
+        features, compat.rows(self.manifest, results, features))
     with open(README, encoding='utf-8') as f:
       readme = f.read()
     self.assertEqual(
@@ -57,8 +58,8 @@ class CompatTest(absltest.TestCase):
     result = check.VersionCheck(VERSION, series.name, True,
                                 wheels.wheel_name(VERSION),
                                 tuple(fits[:-1]))
-    [row] = compat.rows(self.manifest, [result])
     features = compat.features(self.manifest)
+    [row] = compat.rows(self.manifest, [result], features)
     self.assertLen(row.cells, len(features))
     self.assertEqual(row.cells[0], compat.CONFLICT)
     self.assertEqual(set(row.cells[1:-1]), {compat.APPLIES})
