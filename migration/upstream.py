@@ -486,7 +486,7 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
     logging.info('%s\nRebasing %s onto the checkout with three-way merges.',
                  exact_failure, series.name)
   with open(os.path.join(tests_dir, f'{HELPER}.py'), encoding='utf-8') as f:
-    helper = f.read()
+    helper = for_jax_head(f.read())
   written = []
   work = tempfile.mkdtemp(prefix='export-upstream-')
   worktree = os.path.join(work, 'jax')
@@ -509,8 +509,7 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
         merge_feature(worktree, states[number - 1], states[number], feature)
       for test in feature.tests:
         with open(os.path.join(tests_dir, test), encoding='utf-8') as f:
-          source = inline_helper(for_jax_head(f.read()),
-                                 for_jax_head(helper))
+          source = inline_helper(for_jax_head(f.read()), helper)
         with open(os.path.join(worktree, TEST_DIR, test), 'w',
                   encoding='utf-8') as f:
           f.write(source)
