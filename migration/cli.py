@@ -297,8 +297,10 @@ def _fork(command: str, patches_dir: str) -> tuple[int, str]:
   fork_dir = _fork_dir(patches_dir)
   if command == 'fork':
     versions = _versions(_VERSION.value)
-    if len(versions) > 1:
-      raise errors.UsageError('fork takes one version.')
+    if len(versions) > 1 or (versions and _ALL.value):
+      raise errors.UsageError('fork takes one version, or --all.')
+    if _ALL.value:
+      return _fork_all(command, manifest, fork_dir)
     info = fork.materialize(manifest, fork_dir,
                             versions[0] if versions else None,
                             tuple(_WHEEL_DIR.value))
@@ -307,6 +309,8 @@ def _fork(command: str, patches_dir: str) -> tuple[int, str]:
             f'{info.series} on branch {info.series}. Edit, commit, then run '
             'python -m migration refresh. Run git inside '
             f'{os.path.join(fork_dir, fork.PACKAGE_DIR)}.')
+  elif _ALL.value:
+    return _fork_all(command, manifest, fork_dir)
   else:
     info = fork.refresh(manifest, fork_dir, tuple(_WHEEL_DIR.value))
     text = (f'Wrote {len(info.patches)} patch(es) to '
@@ -318,6 +322,32 @@ def _fork(command: str, patches_dir: str) -> tuple[int, str]:
                               'fork_dir': fork_dir, 'version': info.version,
                               'series': info.series,
                               'patches': list(info.patches)})
+  return 0, text
+
+
+def _fork_all(command: str, manifest: manifest_lib.Manifest,
+              fork_dir: str) -> tuple[int, str]:
+  wheel_dirs = tuple(_WHEEL_DIR.value)
+  if command == 'fork':
+    infos = fork.materialize_all(manifest, fork_dir, wheel_dirs)
+    text = (f'Made {fork_dir} with one branch per series (the newest, '
+            f'{infos[-1].series}, checked out):\n'
+            + '\n'.join(f'  {i.series}: upstream/{i.version} + '
+                        f'{len(i.patches)} commit(s)' for i in infos)
+            + '\nFix on the newest branch, carry the fix with python -m '
+            'migration carry, then run python -m migration refresh --all. '
+            f'Run git inside {os.path.join(fork_dir, fork.PACKAGE_DIR)}.')
+  else:
+    infos = fork.refresh_all(manifest, fork_dir, wheel_dirs)
+    text = (f'Wrote {len(infos)} series to {manifest.patches_dir} and '
+            f'regenerated {manifest_lib.MANIFEST}:\n'
+            + '\n'.join(f'  {i.series}: {len(i.patches)} patch(es)'
+                        for i in infos))
+  if _JSON.value:
+    return 0, report.to_json({
+        'command': command, 'ok': True, 'exit_code': 0, 'fork_dir': fork_dir,
+        'branches': [{'series': i.series, 'version': i.version,
+                      'patches': list(i.patches)} for i in infos]})
   return 0, text
 
 
