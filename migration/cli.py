@@ -77,12 +77,15 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from migration import carry
 from migration import check
 from migration import compat
 from migration import environment
+from migration import drift
 from migration import errors
 from migration import fork
 from migration import manifest as manifest_lib
+from migration import port
 from migration import report
 from migration import state
 from migration import transaction
@@ -90,7 +93,7 @@ from migration import upstream
 from migration import wheelbuild
 
 COMMANDS = ('status', 'check', 'apply', 'revert', 'wheel', 'fork', 'refresh',
-            'manifest', 'export-upstream')
+            'carry', 'port', 'drift', 'manifest', 'export-upstream')
 
 _JSON = flags.DEFINE_bool('json', False, 'Print the report as JSON.')
 _PATCHES_DIR = flags.DEFINE_string(
@@ -144,6 +147,15 @@ _SERIES = flags.DEFINE_string(
 _FORK_DIR = flags.DEFINE_string(
     'fork_dir', None,
     'fork/refresh: the fork folder (default: jax_fork/ beside patches/).')
+
+_ONTO = flags.DEFINE_list(
+    'onto', [],
+    'carry: the branches to carry the commits to (default: every other '
+    "series' branch).")
+
+_UPDATE = flags.DEFINE_bool(
+    'update', False,
+    'drift: record the current drift as known in patches/drift.json.')
 
 _HELP_ARGS = ('-h', '-?', '--help', '--helpshort', '--helpfull')
 
@@ -351,6 +363,97 @@ def _fork_all(command: str, manifest: manifest_lib.Manifest,
   return 0, text
 
 
+def _carry(patches_dir: str, revs: list[str]) -> tuple[int, str]:
+  if not revs:
+    raise errors.UsageError(
+        'carry needs the commits to carry: python -m migration carry '
+        'COMMIT|A..B [...] [--onto=BRANCH,...].')
+  manifest = manifest_lib.load(patches_dir)
+  fork_dir = _fork_dir(patches_dir)
+  onto = [] if _ONTO.value == ['all'] else list(_ONTO.value)
+  result = carry.carry(manifest, fork_dir, revs, onto or None)
+  if _JSON.value:
+    return 0, report.to_json({
+        'command': 'carry', 'ok': True, 'exit_code': 0,
+        'commits': list(result.commits), 'source': result.source,
+        'branches': list(result.branches)})
+  return 0, (f'Carried {len(result.commits)} commit(s) '
+             f'({"; ".join(result.subjects)}) from {result.source} to '
+             f'{", ".join(result.branches) or "no other branch"}. Next: '
+             'python -m migration refresh --all.')
+
+
+def _port(patches_dir: str) -> tuple[int, str]:
+  versions = _versions(_VERSION.value)
+  if len(versions) != 1:
+    raise errors.UsageError('port needs one --version=V.')
+  manifest = manifest_lib.load(patches_dir)
+  result = port.port(manifest, versions[0], tuple(_WHEEL_DIR.value),
+                     _README.value)
+  if _JSON.value:
+    return 0, report.to_json({
+        'command': 'port', 'ok': True, 'exit_code': 0,
+        'version': result.version, 'nearest': result.nearest,
+        'source_series': result.source_series, 'series': result.series,
+        'new_series': result.new_series,
+        'fits': dict(result.fits), 'readme': result.readme,
+        'python': result.python, 'todo': list(result.todo)})
+  how = (f'wrote the new series {result.series} (rebased with a 3-way '
+         'merge)' if result.new_series else
+         f'added it to {result.series} (it applies exactly)')
+  lines = [f'jax {result.version}: ported {result.source_series} (served '
+           f'release {result.nearest}); {how}.']
+  lines += [f'  {n}: {fit}' for n, fit in result.fits]
+  lines.append(f'Regenerated {manifest_lib.MANIFEST}'
+               + (f' and the table in {result.readme}.' if result.readme
+                  else '.'))
+  lines.append('A maintainer must still:')
+  lines += [f'  - {t}' for t in result.todo]
+  return 0, '\n'.join(lines)
+
+
+def _drift(patches_dir: str) -> tuple[int, str]:
+  manifest = manifest_lib.load(patches_dir)
+  drifts = drift.compare(manifest)
+  if _SERIES.value and _SERIES.value not in manifest.series:
+    raise errors.UsageError(f'No series {_SERIES.value}.')
+  if _UPDATE.value:
+    path = drift.write_baseline(manifest, drifts)
+  baseline = drift.load_baseline(manifest)
+  new = [d for d in drifts if drift.status(d, baseline) == 'new']
+  code = int(errors.ExitCode.PATCH_DATA) if new else 0
+  if _JSON.value:
+    return code, report.to_json({
+        'command': 'drift', 'ok': not new, 'exit_code': code,
+        'newest': drift.newest_series(manifest).name,
+        'drift': [{'series': d.series, 'subject': d.subject,
+                   'status': drift.status(d, baseline),
+                   'only_here': [s + t for s, t in d.only_here],
+                   'only_newest': [s + t for s, t in d.only_newest],
+                   'absent': d.absent} for d in drifts]})
+  text = drift.table_text(manifest, drifts, baseline)
+  if _SERIES.value:
+    text += '\n\n' + drift.details_text(drifts, _SERIES.value)
+  if _UPDATE.value:
+    text += f'\n\nRecorded the drift above as known in {path}.'
+  elif new:
+    number = {p.subject: i for i, p in enumerate(
+        drift.newest_series(manifest).patches, 1)}
+    by_series: dict[str, list[str]] = {}
+    for d in new:
+      by_series.setdefault(d.series, []).append(
+          f'#{number[d.subject]}' if d.subject in number else d.subject)
+    text += ('\n\nNew drift (exit code 7) in '
+             + '; '.join(f'{s} {", ".join(n)}' for s, n in by_series.items())
+             + '.\nCarry the change to every series (python -m migration '
+             'carry), or, if the difference is intended, record it with '
+             'python -m migration drift --update (see jax_fork/README.md); '
+             'python -m migration drift --series=SERIES shows the lines.')
+  else:
+    text += f'\n\nNo new drift ({drift.BASELINE} records the known drift).'
+  return code, text
+
+
 def _export_upstream(patches_dir: str) -> tuple[int, str]:
   if not _JAX_REPO.value:
     raise errors.UsageError('export-upstream needs --jax_repo PATH.')
@@ -415,7 +518,7 @@ def main(argv: list[str]) -> int:
   args = argv[1:]
   command = args[0] if args else ''
   try:
-    if len(args) != 1 or command not in COMMANDS:
+    if (len(args) != 1 and command != 'carry') or command not in COMMANDS:
       raise errors.UsageError(
           f'Expected one command out of {", ".join(COMMANDS)}; got '
           f'{" ".join(args) or "none"}. Run python -m migration --help.')
@@ -428,6 +531,12 @@ def main(argv: list[str]) -> int:
       code, out = _wheel(patches_dir)
     elif command in ('fork', 'refresh'):
       code, out = _fork(command, patches_dir)
+    elif command == 'drift':
+      code, out = _drift(patches_dir)
+    elif command == 'port':
+      code, out = _port(patches_dir)
+    elif command == 'carry':
+      code, out = _carry(patches_dir, args[1:])
     elif command == 'manifest':
       code, out = _manifest(patches_dir)
     elif command == 'export-upstream':
