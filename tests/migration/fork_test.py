@@ -18,9 +18,14 @@ sys.path.insert(0, REPO)
 from migration import manifest as manifest_lib  # noqa: E402
 
 PATCHES = os.path.join(REPO, 'patches')
+_NEWEST = manifest_lib.load(PATCHES).served_versions()[-1]
+# The multi-series tests need no jax; they run once in CI (with the newest
+# release), not once per minor line.
+ONCE = os.environ.get('JAX_INTERPRET_PATCHES_TEST_VERSION', _NEWEST) == _NEWEST
 
 
-class ForkTest(absltest.TestCase):
+class _ForkCase(absltest.TestCase):
+  """A copy of patches/ and a fork folder in a temporary directory."""
 
   def setUp(self):
     super().setUp()
@@ -54,6 +59,9 @@ class ForkTest(absltest.TestCase):
   def read_patches(self):
     d = os.path.join(self.patches, self.series.name)
     return {n: open(os.path.join(d, n), 'rb').read() for n in os.listdir(d)}
+
+
+class ForkTest(_ForkCase):
 
   def test_fork_then_refresh_is_byte_identical(self):
     before = self.read_patches()
@@ -112,6 +120,114 @@ class ForkTest(absltest.TestCase):
     kept = subprocess.run(['git', 'check-ignore', '-q', 'jax_fork/README.md'],
                           cwd=REPO, check=False)
     self.assertEqual(kept.returncode, 1)
+
+
+def _tree_bytes(root):
+  out = {}
+  for d, _, files in os.walk(root):
+    for n in files:
+      path = os.path.join(d, n)
+      with open(path, 'rb') as f:
+        out[os.path.relpath(path, root)] = f.read()
+  return out
+
+
+@absltest.skipUnless(ONCE, 'runs once, with the newest jax release')
+class ForkAllTest(_ForkCase):
+  """`fork --all`, `carry` and `refresh --all`: one branch per series."""
+
+  def branch_subjects(self, branch, version):
+    return self.git('log', '--reverse', '--format=%s',
+                    f'upstream/{version}..{branch}').splitlines()
+
+  def base(self, series):
+    return sorted(series.hashes, key=manifest_lib.version_key)[0]
+
+  def test_fork_all_then_refresh_all_is_byte_identical(self):
+    before = _tree_bytes(self.patches)
+    data = json.loads(self.run_tool('fork', '--all', '--json').stdout)
+    self.assertEqual(sorted(b['series'] for b in data['branches']),
+                     sorted(self.manifest.series))
+    branches = self.git('for-each-ref', '--format=%(refname:short)',
+                        'refs/heads/').split()
+    self.assertEqual(sorted(branches), sorted(self.manifest.series))
+    self.assertEqual(self.git('branch', '--show-current').strip(),
+                     self.series.name)
+    for s in self.manifest.series.values():
+      self.assertEqual(self.branch_subjects(s.name, self.base(s)),
+                       [p.subject for p in s.patches], s.name)
+      # The branch starts at the released files: one root commit.
+      roots = self.git('rev-list', '--max-parents=0', s.name).split()
+      self.assertLen(roots, 1)
+      self.assertEqual(
+          self.git('rev-parse', f'upstream/{self.base(s)}^{{commit}}').strip(),
+          roots[0])
+    self.assertEqual(self.git('status', '--porcelain'), '')
+    self.run_tool('refresh', '--all')
+    self.assertEqual(_tree_bytes(self.patches), before)
+    self.run_tool('drift')  # Unchanged series: no new drift.
+
+  def test_carry_stops_at_a_conflict_then_carries_and_drift_sees_the_rest(
+      self):
+    self.run_tool('fork', '--all')
+    signal = next(p for p in self.series.patches
+                  if p.subject.startswith('[pallas:tpu] Signal'))
+    path = os.path.join(self.fork, *signal.files[0].split('/'))
+    with open(path, encoding='utf-8') as f:
+      text = f.read()
+    self.assertEqual(text.count('    # core.\n'), 1)
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(text.replace('    # core.\n', '    # core (carried).\n'))
+    target = self.git('log', '--format=%H', '-1', '--fixed-strings',
+                      f'--grep={signal.subject}').strip()
+    self.git('commit', '-qa', f'--fixup={target}')
+    fix = self.git('rev-parse', 'HEAD').strip()
+    # 0.8.0 makes this change in shared_memory.py: the 3-way merge conflicts.
+    old = self.git('rev-parse', 'jax-0.8.0').strip()
+    proc = self.run_tool('carry', fix, '--onto=jax-0.8.0', expect=4)
+    self.assertIn('jax-0.8.0: jax/_src/pallas/mosaic/interpret/'
+                  'interpret_pallas_call.py:', proc.stderr)
+    self.assertIn('hunk #1 (def semaphore_signal(', proc.stderr)
+    self.assertEqual(self.git('rev-parse', 'jax-0.8.0').strip(), old)
+    self.assertEqual(self.git('status', '--porcelain'), '')
+    self.assertEqual(self.git('rev-parse', 'HEAD').strip(), fix)
+    onto = ['jax-0.11.2', 'jax-0.11.1']
+    self.run_tool('carry', fix, '--onto=' + ','.join(onto))
+    for name in [*onto, self.series.name]:
+      s = self.manifest.series[name]
+      self.assertEqual(self.branch_subjects(name, self.base(s)),
+                       [p.subject for p in s.patches], name)
+    before = _tree_bytes(self.patches)
+    self.run_tool('refresh', '--all')
+    after = _tree_bytes(self.patches)
+    changed = {k.split(os.sep)[0] for k in after if after[k] != before[k]}
+    self.assertEqual(changed, {*onto, self.series.name, 'manifest.json'})
+    for name in [*onto, self.series.name]:
+      self.assertIn(b'+    # core (carried).\n',
+                    after[os.path.join(name, signal.name)])
+    manifest_lib.load(self.patches)  # Regenerated and current.
+    proc = self.run_tool('drift', expect=7)
+    number = [p.subject for p in self.series.patches].index(
+        signal.subject) + 1
+    behind = sorted(set(self.manifest.series) - {*onto, self.series.name})
+    for name in behind:
+      self.assertRegex(proc.stdout, rf'{name} [#0-9, ]*#{number}\b')
+    for name in onto:
+      self.assertNotRegex(proc.stdout, rf'{name} [#0-9, ]*#{number}\b')
+
+  def test_carry_and_refresh_all_bad_inputs(self):
+    proc = self.run_tool('refresh', '--all', expect=2)
+    self.assertIn('run `python -m migration fork` first', proc.stderr)
+    self.run_tool('fork')  # One series only.
+    proc = self.run_tool('refresh', '--all', expect=2)
+    self.assertIn('fork --all', proc.stderr)
+    shutil.rmtree(os.path.join(self.fork, 'jax'))
+    self.run_tool('fork', '--all')
+    proc = self.run_tool('carry', 'no-such-commit', expect=2)
+    self.assertIn('not a commit', proc.stderr)
+    self.run_tool('carry', expect=2)
+    proc = self.run_tool('carry', 'HEAD', '--onto=jax-9.9', expect=2)
+    self.assertIn('No series branch jax-9.9', proc.stderr)
 
 
 if __name__ == '__main__':
