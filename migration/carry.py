@@ -140,7 +140,16 @@ def describe_conflict(fork_dir: str, branch: str, commit: str,
               errors='replace') as f:
       text = f.read()
     lines = text.split('\n')
-    for line, ours, theirs in _regions(text):
+    regions = _regions(text)
+    if not regions:
+      hunk = next((h for h in fix if h.path == path), None)
+      out.append(
+          f'{branch}: {path}: {branch} does not have this file, which '
+          f'{commit[:12]} ({_subject(fork_dir, commit)}) changes'
+          + (f' in hunk #{hunk.index} ({hunk.header or "no header"})'
+             if hunk is not None else '')
+          + f'; make the change where {branch} keeps that code.\n')
+    for line, ours, theirs in regions:
       hunk = next((h for h in fix if h.path == path and
                    (set(h.result) - set(h.expected)) & set(theirs)), None)
       if hunk is None:
@@ -279,23 +288,43 @@ def carry(manifest: manifest_lib.Manifest, fork_dir: str, revs: list[str],
         _apply(fork_dir, branch, bases[branch], commits, subjects)
     except (_Stopped, errors.ConflictError) as e:
       _restore(fork_dir, branch, tip, source)
-      rest = [b for b in targets if b not in done]
+      rest = [b for b in targets if b not in done and b != branch]
+      ids = ' '.join(c[:12] for c in commits)
+      subject = subjects[0].split('! ', 1)[-1]
+      target = _commit_with_subject(fork_dir, bases[branch], branch, subject)
+      if rest:
+        then = (f'then carry to the rest:\n  python -m migration carry {ids} '
+                f'--onto={",".join(rest)}')
+      elif on_source:
+        then = (f'then fold the fix on {source}:\n  git checkout {source} && '
+                f'GIT_SEQUENCE_EDITOR=true git rebase -i --autosquash '
+                f'{bases[source]}')
+      else:
+        then = 'then every branch has the fix.'
       raise errors.ConflictError(
           f'{e}\n{branch} is unchanged (reset to {tip[:12]}); carried to: '
-          f'{", ".join(done) or "none"}. Fix it by hand in '
-          f'{os.path.join(fork_dir, fork.PACKAGE_DIR)}:\n'
-          f'  git checkout {branch} && git cherry-pick -x '
-          f'{" ".join(c[:12] for c in commits)}\n'
-          f'  (resolve, git add, git cherry-pick --continue; then\n'
+          f'{", ".join(done) or "none"}. Make the change on {branch} by hand '
+          f'in {os.path.join(fork_dir, fork.PACKAGE_DIR)}:\n'
+          f'  git checkout {branch}; edit; git commit -a '
+          f'--fixup={target[:12] or "<the commit of the patch>"}\n'
+          f'  (or git cherry-pick -x {ids}, resolve, git cherry-pick '
+          f'--continue), then\n'
           f'  GIT_SEQUENCE_EDITOR=true git rebase -i --autosquash '
-          f'{bases[branch]})\n'
-          f'then carry to the rest:\n'
-          f'  python -m migration carry {" ".join(c[:12] for c in commits)}'
-          f' --onto='
-          f'{",".join(b for b in rest if b != branch) or "<none>"}') from None
+          f'{bases[branch]}\n{then}') from None
     done.append(branch)
   fork._git(fork_dir, 'checkout', '-q', source)
   return CarryResult(tuple(commits), tuple(subjects), source, tuple(done))
+
+
+def _commit_with_subject(fork_dir: str, base: str, branch: str,
+                         subject: str) -> str:
+  """The id of the commit of ``base..branch`` with ``subject``, or ''."""
+  for line in fork._git(fork_dir, 'log', '--format=%H %s',
+                        f'{base}..{branch}').splitlines():
+    commit, _, s = line.partition(' ')
+    if s == subject:
+      return commit
+  return ''
 
 
 def _is_ancestor(fork_dir: str, commit: str, branch: str) -> bool:
