@@ -32,6 +32,22 @@ Commands:
             interpreter package with one commit per patch.
   refresh   Maintainers: rewrite the series from jax_fork/'s commits and
             regenerate the manifest.
+            fork --all: one branch per series (jax-0.7.2 ... jax-0.12.0),
+            each on its release's files (tag upstream/V); refresh --all:
+            rewrite every series from its branch, all or nothing.
+  carry     Maintainers: carry COMMIT or A..B (a fix, normally a fixup!
+            commit on the newest branch) to every other series' branch
+            (--onto=B,...): git cherry-pick -x, then rebase --autosquash;
+            stops at the first conflict, naming branch, file and hunk.
+  drift     Maintainers: per series and patch, the lines it adds or removes
+            that the newest series' patch does not (context ignored); exit
+            7 on drift not recorded in patches/drift.json (--update records
+            it; --series=S prints the lines).
+  port      Maintainers: serve --version V (a new jax release; its wheel
+            may be in --wheel_dir): the nearest series exactly, else
+            rebased with a 3-way merge into patches/jax-V/; regenerates the
+            manifest and README.md's table; exit 4 and nothing written on
+            a conflict.
   manifest  Maintainers: regenerate patches/manifest.json from the series
             files and the released jax wheels (downloaded with pip into
             ~/.cache/jax-interpret-patches/wheels).
@@ -50,13 +66,15 @@ Exit codes:
   3  jax not installed, or its version is not served by this release (or
      not a jax release at all)
   4  target files locally modified, a patch does not apply (conflict; for
-     check: some patch conflicts), or jax_fork/ would be overwritten;
-     nothing was changed
+     check: some patch conflicts; for carry and port: a hunk does not
+     merge), or jax_fork/ would be overwritten; nothing was changed
+     (carry keeps the fix on the branches before the conflicting one)
   5  environment problem: git or the wheel package missing, site-packages
      not writable, a wheel cannot be downloaded; nothing was changed
   6  another run holds the lock
   7  patch data problem: a patch file corrupted or edited, manifest missing
-     or out of date; nothing was changed
+     or out of date, or (drift) new drift between series; nothing was
+     changed
 
 Flags may be written with - or _ (--dry-run, --dry_run); -o DIR is
 --output_dir=DIR.
@@ -126,14 +144,16 @@ _FORCE = flags.DEFINE_bool(
     '(revert restores them) and patch the released files.')
 _VERSION = flags.DEFINE_multi_string(
     'version', [],
-    'check/wheel/fork: a jax version (repeatable, or comma-separated for '
-    'check); default: the installed one (fork: the newest served one).')
+    'check/wheel/fork/port: a jax version (repeatable, or comma-separated '
+    'for check); default: the installed one (fork: the newest served one).')
 _ALL = flags.DEFINE_bool(
-    'all', False, 'check: every jax version the manifest serves.')
+    'all', False, 'check: every jax version the manifest serves; fork, '
+    'refresh: every series, one branch each.')
 _README = flags.DEFINE_string(
     'readme', None,
     'check --all: rewrite the compatibility table between its marker lines '
-    'in this Markdown file (README.md).')
+    'in this Markdown file (README.md); port: that file (default: '
+    'README.md beside patches/).')
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', 'dist',
     'wheel: the directory for the wheel; export-upstream: for the patches '
@@ -143,7 +163,7 @@ _JAX_REPO = flags.DEFINE_string(
 _SERIES = flags.DEFINE_string(
     'series', None,
     'export-upstream: the series to export (default: the one that applies '
-    'exactly to the checkout).')
+    'exactly to the checkout); drift: the series whose lines to print.')
 _FORK_DIR = flags.DEFINE_string(
     'fork_dir', None,
     'fork/refresh: the fork folder (default: jax_fork/ beside patches/).')
