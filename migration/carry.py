@@ -7,10 +7,10 @@ cherry-pick -x`` (a 3-way merge, so the fix lands although the context and
 line numbers differ) and ``git rebase --autosquash`` (non-interactive: the
 sequence editor is ``true``) fold the fix into the commit with the same
 subject, so the branch keeps one commit per patch. The source branch is
-squashed last. A commit that is not a ``fixup!``/``amend!`` commit is
-carried as a new commit (a new patch, at the end of every series); it is
-cherry-picked without ``-x`` so that its message, and so the patch header,
-is the same on every branch.
+squashed last. ``amend!`` and ``squash!`` commits, whose messages end up in
+the patch, and commits that are none of these (carried as a new commit, a
+new patch at the end of every series) are cherry-picked without ``-x``, so
+that the message, and so the patch header, is the same on every branch.
 
 It stops at the first conflict: that branch is reset to where it was, the
 branches already carried keep the fix, and the error names the branch, the
@@ -195,8 +195,8 @@ def _apply(fork_dir: str, branch: str, base: str, commits: list[str],
             f'{branch} has no commit "{target}" to fold {commit[:12]} '
             f'into.')
     args = ['cherry-pick', '--allow-empty', '--keep-redundant-commits']
-    if subject.startswith(_SQUASH_PREFIXES):
-      args.append('-x')
+    if subject.startswith('fixup! '):
+      args.append('-x')  # The squash drops the fixup's message, and this.
     try:
       fork._git(fork_dir, *args, commit)
     except errors.ConflictError as e:
