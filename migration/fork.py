@@ -47,6 +47,9 @@ def _git(fork_dir: str, *args: str,
   full_env = dict(os.environ)
   for k in ('GIT_DIR', 'GIT_WORK_TREE', 'GIT_INDEX_FILE'):
     full_env.pop(k, None)
+  # The maintainer's global git settings (diff.algorithm, diff.noprefix,
+  # commit.gpgsign, ...) must not change the patches or stop a rebase.
+  full_env.update(GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM='1')
   full_env.update(IDENTITY)
   full_env.update(env or {})
   cmd = [git, f'--git-dir={os.path.join(fork_dir, PACKAGE_DIR, ".git")}',
