@@ -1,17 +1,3 @@
-# Copyright 2026 The JAX Authors.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     https://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
-
 """Helpers shared by the workloads: flags, timing and the JSON result line.
 
 A workload is a script run by `benchmarks/run.py` in a subprocess, with one
@@ -24,6 +10,7 @@ import argparse
 from collections.abc import Callable, Sequence
 import json
 import sys
+import threading
 import time
 from typing import Any
 
@@ -76,6 +63,51 @@ def time_interleaved(
       wall[name].append(time.perf_counter() - start)
       cpu[name].append(time.process_time() - start_cpu)
   return {'wall': wall, 'cpu': cpu}
+
+
+_callbacks_lock = threading.Lock()
+_callbacks_run = [0]
+
+
+def _install_callback_counter() -> None:
+  """Wraps jax's `io_callback_impl`, which runs every io_callback."""
+  from jax._src import callback  # pylint: disable=g-import-not-at-top
+  if getattr(callback.io_callback_impl, 'counting', False):
+    return
+  impl = callback.io_callback_impl
+
+  def counting_impl(*args, **kwargs):
+    with _callbacks_lock:
+      _callbacks_run[0] += 1
+    return impl(*args, **kwargs)
+
+  counting_impl.counting = True
+  callback.io_callback_impl = counting_impl
+
+
+def count_callbacks(fns: dict[str, Callable[[], Any]]) -> dict[str, int]:
+  """Counts the io_callbacks one call of each function runs (all threads).
+
+  The TPU interpreter runs every simulated memory access, DMA and semaphore
+  operation as an io_callback, so this counts interpreter steps exactly,
+  whatever the load on the machine.
+
+  Args:
+    fns: Name to a function of no arguments that blocks until done (already
+      compiled: compilation runs no callbacks, but tracing may).
+
+  Returns:
+    Name to the number of io_callbacks one call ran.
+  """
+  _install_callback_counter()
+  counts = {}
+  for name, fn in fns.items():
+    with _callbacks_lock:
+      _callbacks_run[0] = 0
+    fn()
+    with _callbacks_lock:
+      counts[name] = _callbacks_run[0]
+  return counts
 
 
 def emit(result: dict[str, Any]) -> None:

@@ -1,17 +1,3 @@
-# Copyright 2026 The JAX Authors.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     https://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
-
 """A table shared by 4 cores: collective scratch against private copies.
 
 Needs patched jax. Every kernel scores the rows of `x` against every row of
@@ -35,9 +21,10 @@ quarter of the codebook), so they must share what they computed.
 - `collective_computed`: each core writes its quarter straight into the
   collective table; then as `collective_copy`.
 
-Allocations are counted by wrapping `SharedMemory.allocate_buffer`: a new
-buffer object in the interpreter's memory is one allocation (cores that
-find the collective buffer already allocated allocate nothing).
+Allocations are counted by counting the `Buffer` objects the interpreter
+creates (see `_count_allocations`), and checked against the number of table
+buffers live at the barrier, read inside the collective kernels by an
+io_callback after every core has passed its non-decrementing wait.
 
 Prints `{"wall": {...}, "cpu": {...}, "allocations": {kernel:
 {memory_space: [count, bytes]}}, "table_bytes": ...}`, where the memory
@@ -45,11 +32,14 @@ space `vmem_table` counts the VMEM buffers of the table's shape.
 """
 
 import collections
+import functools
 import threading
 
 import jax
 from jax import lax
+from jax._src.pallas.mosaic.interpret import interpret_pallas_call
 from jax._src.pallas.mosaic.interpret import shared_memory as shared_memory_lib
+from jax.experimental import io_callback
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
@@ -64,24 +54,37 @@ ROWS_PER_CORE = 16
 CODES_PER_CORE = CODES // NUM_CORES
 
 _lock = threading.Lock()
-_new_buffers = []  # Strong references, so that ids are never reused.
-_seen = set()
+_new_buffers = []  # (memory space, Buffer) of every buffer created.
+_allocating = threading.local()  # The key that allocate_buffer is making.
 
 
 def _count_allocations():
-  """Wraps `SharedMemory.allocate_buffer` to record every new buffer."""
+  """Records every buffer that the interpreter creates.
+
+  `SharedMemory.allocate_buffer(key, ...)` creates a `Buffer` only if no
+  buffer with `key` exists (a core that finds the collective buffer already
+  allocated creates nothing), so counting constructions of `Buffer` counts
+  allocations; the wrapped `allocate_buffer` tells which memory space each is
+  in. (Counting buffer ids instead misses buffers whose ids Python reused.)
+  """
   allocate = shared_memory_lib.SharedMemory.allocate_buffer
+  init = shared_memory_lib.Buffer.__init__
 
-  def counting_allocate_buffer(self, key, *args, **kwargs):
-    allocate(self, key, *args, **kwargs)
-    with self.lock:
-      buffer = self.mem.get(key)
+  def allocate_buffer(self, key, *args, **kwargs):
+    _allocating.key = key
+    try:
+      allocate(self, key, *args, **kwargs)
+    finally:
+      _allocating.key = None
+
+  def counting_init(self, *args, **kwargs):
+    init(self, *args, **kwargs)
+    key = getattr(_allocating, 'key', None)
     with _lock:
-      if buffer is not None and id(buffer) not in _seen:
-        _seen.add(id(buffer))
-        _new_buffers.append((key[0], buffer))
+      _new_buffers.append((None if key is None else key[0], self))
 
-  shared_memory_lib.SharedMemory.allocate_buffer = counting_allocate_buffer
+  shared_memory_lib.SharedMemory.allocate_buffer = allocate_buffer
+  shared_memory_lib.Buffer.__init__ = counting_init
 
 
 def _out_specs(extra_outputs=()):
@@ -123,28 +126,53 @@ def private_copy(x_hbm, table_hbm, o_hbm, table, x_rows, scores):
   _score(x_hbm, o_hbm, x_rows, table, scores, core)
 
 
-@pl.kernel(
-    scratch_types=[*_PRIVATE_SCRATCH,
-                   pltpu.VMEM((CODES_PER_CORE, COLS), jnp.float32),
-                   pltpu.SemaphoreType.REGULAR],
-    **_out_specs([jax.ShapeDtypeStruct((CODES, COLS), jnp.float32)]),
-)
-def private_computed(x_hbm, codebook_hbm, o_hbm, staging_hbm, table, x_rows,
-                     scores, codes, ready):
+_live_tables = []  # Table buffers live at the barrier, one entry per core.
+
+
+def _record_live_tables(count):
+  """io_callback: counts the table-shaped VMEM buffers in the interpreter."""
+  del count  # Only orders the callback after the barrier.
+  mem = interpret_pallas_call._shared_memory.mem  # pylint: disable=protected-access
+  live = sum(1 for key, buffer in list(mem.items())
+             if key[0] == 'vmem' and getattr(buffer, 'shape', None)
+             == (CODES, COLS))
+  with _lock:
+    _live_tables.append(live)
+
+
+def _probe(ready, probe):
+  """With `probe`, records the live table buffers once `ready` is read."""
+  if probe:
+    io_callback(_record_live_tables, None, pl.semaphore_read(ready))
+
+
+def _private_computed(probe=False):
   """Every core publishes its quarter through HBM, then copies the table."""
-  core = lax.axis_index('core')
-  quarter = _rows(core, CODES_PER_CORE)
-  pltpu.sync_copy(codebook_hbm.at[quarter], codes)
-  codes[...] = _normalize(codes[...])
-  pltpu.sync_copy(codes, staging_hbm.at[quarter])
-  for c in range(NUM_CORES):
-    pl.semaphore_signal(ready, 1, core_index=c)
-  pl.semaphore_wait(ready, NUM_CORES)
-  pltpu.sync_copy(staging_hbm, table)
-  _score(x_hbm, o_hbm, x_rows, table, scores, core)
+
+  @pl.kernel(
+      scratch_types=[*_PRIVATE_SCRATCH,
+                     pltpu.VMEM((CODES_PER_CORE, COLS), jnp.float32),
+                     pltpu.SemaphoreType.REGULAR],
+      **_out_specs([jax.ShapeDtypeStruct((CODES, COLS), jnp.float32)]),
+  )
+  def kernel(x_hbm, codebook_hbm, o_hbm, staging_hbm, table, x_rows, scores,
+             codes, ready):
+    core = lax.axis_index('core')
+    quarter = _rows(core, CODES_PER_CORE)
+    pltpu.sync_copy(codebook_hbm.at[quarter], codes)
+    codes[...] = _normalize(codes[...])
+    pltpu.sync_copy(codes, staging_hbm.at[quarter])
+    for c in range(NUM_CORES):
+      pl.semaphore_signal(ready, 1, core_index=c)
+    pl.semaphore_wait(ready, NUM_CORES)
+    _probe(ready, probe)
+    pltpu.sync_copy(staging_hbm, table)
+    _score(x_hbm, o_hbm, x_rows, table, scores, core)
+
+  return kernel
 
 
-def _collective(fill_quarter):
+def _collective(fill_quarter, probe=False):
   """A collective-table kernel; `fill_quarter(src, table, quarter)`."""
 
   @pl.kernel(scratch_types=_COLLECTIVE_SCRATCH, **_out_specs())
@@ -155,6 +183,7 @@ def _collective(fill_quarter):
       fill_quarter(src_hbm, table, _rows(core, CODES_PER_CORE))
       pl.semaphore_signal(ready, 1)
       pl.semaphore_wait(ready, NUM_CORES, decrement=False)
+      _probe(ready, probe)
       _score(x_hbm, o_hbm, x_rows, table, scores, core)
       pl.semaphore_signal(done, 1)
 
@@ -179,13 +208,16 @@ def _compute_quarter(codebook_hbm, table, quarter):
   table[quarter, :] = _normalize(table[quarter, :])
 
 
-collective_copy = _collective(_copy_quarter)
-collective_computed = _collective(_compute_quarter)
+# Name -> (kernel factory(probe), whether the table is computed, the table
+# buffers live at the barrier: one shared by the 4 cores, or one per core;
+# None: the kernel has no barrier).
 KERNELS = {
-    'private_copy': (private_copy, False),
-    'collective_copy': (collective_copy, False),
-    'private_computed': (private_computed, True),
-    'collective_computed': (collective_computed, True),
+    'private_copy': (lambda probe=False: private_copy, False, None),
+    'collective_copy': (functools.partial(_collective, _copy_quarter), False,
+                        1),
+    'private_computed': (_private_computed, True, NUM_CORES),
+    'collective_computed': (functools.partial(_collective, _compute_quarter),
+                            True, 1),
 }
 
 
@@ -196,15 +228,15 @@ def main():
   x = jax.random.normal(kx, (NUM_CORES * ROWS_PER_CORE, COLS), jnp.float32)
   table = jax.random.normal(kt, (CODES, COLS), jnp.float32)
   normalized = table / jnp.linalg.norm(table, axis=1, keepdims=True)
-  fns, allocations = {}, {}
-  for name, (kernel, computed) in KERNELS.items():
-    f = jax.jit(kernel)
-    call = lambda f=f: jax.tree.leaves(f(x, table))[0]
+  fns, allocations, live_at_barrier = {}, {}, {}
+  for name, (make, computed, _) in KERNELS.items():
     expected = np.asarray(x) @ np.asarray(normalized if computed else table).T
-    np.testing.assert_allclose(call(), expected, rtol=1e-4, atol=1e-3)
-    # One counted call, after compilation.
-    del _new_buffers[:]
-    jax.block_until_ready(call())
+    # One counted call of the kernel with the probe, after compilation.
+    probed = jax.jit(make(probe=True))
+    jax.block_until_ready(probed(x, table))
+    del _new_buffers[:], _live_tables[:]
+    out = jax.tree.leaves(jax.block_until_ready(probed(x, table)))[0]
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-3)
     by_space = collections.defaultdict(lambda: [0, 0])
     for space, buffer in _new_buffers:
       by_space[space][0] += 1
@@ -213,10 +245,19 @@ def main():
         by_space['vmem_table'][0] += 1
         by_space['vmem_table'][1] += buffer.size
     allocations[name] = dict(by_space)
+    live_at_barrier[name] = list(_live_tables)
+    # The timed kernel has no probe.
+    f = jax.jit(make())
+    call = lambda f=f: jax.tree.leaves(f(x, table))[0]
+    np.testing.assert_allclose(call(), expected, rtol=1e-4, atol=1e-3)
     fns[name] = lambda call=call: jax.block_until_ready(call())
+  timings = _common.time_interleaved(fns, args.repeats)
   _common.emit({
-      **_common.time_interleaved(fns, args.repeats),
+      **timings,
+      'callbacks': _common.count_callbacks(fns),
       'allocations': allocations,
+      'live_at_barrier': live_at_barrier,
+      'expected_live': {name: live for name, (_, _, live) in KERNELS.items()},
       'table_bytes': CODES * COLS * 4,
   })
 

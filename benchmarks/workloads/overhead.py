@@ -1,17 +1,3 @@
-# Copyright 2026 The JAX Authors.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     https://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
-
 """Kernels that use none of the patched features, for the overhead figure.
 
 Runs on stock and on patched jax alike (no non-decrementing wait, no
@@ -25,7 +11,9 @@ core) and times, interleaved:
 - `ring_remote_dma`: a 4-device ring (`shard_map`) that forwards blocks with
   remote DMAs after a neighbour barrier.
 
-Prints `{"wall": {name: [seconds, ...]}, "cpu": {...}}`.
+Prints `{"wall": {name: [seconds, ...]}, "cpu": {...}, "callbacks": {name:
+count}}`, where `callbacks` is the number of io_callbacks (interpreter steps)
+one call runs, counted after the timed calls.
 """
 
 from collections.abc import Callable
@@ -124,8 +112,14 @@ def dma_double_buffer() -> Callable[[], object]:
   return lambda: jax.block_until_ready(f(x))
 
 
-def core_map_semaphores() -> Callable[[], object]:
-  """2 cores: 4 rounds of compute, signal the other core, wait for it."""
+def core_map_semaphores(
+    interpret: pltpu.InterpretParams | None = None,
+) -> Callable[[], object]:
+  """2 cores: 4 rounds of compute, signal the other core, wait for it.
+
+  Args:
+    interpret: The interpreter's parameters (default: `InterpretParams()`).
+  """
   num_cores, rounds, rows, cols = 2, 4, 64, 128
   mesh = pltpu.TensorCoreMesh(axis_name='core', num_cores=num_cores)
 
@@ -134,7 +128,7 @@ def core_map_semaphores() -> Callable[[], object]:
       mesh=mesh,
       scratch_types=[pltpu.VMEM((rows, cols), jnp.float32),
                      pltpu.SemaphoreType.REGULAR],
-      interpret=pltpu.InterpretParams(),
+      interpret=interpret or pltpu.InterpretParams(),
   )
   def kernel(x_hbm, o_hbm, buf, sem):
     core = lax.axis_index('core')
@@ -217,7 +211,8 @@ KERNELS = {
 def main():
   args = _common.parse_args()
   fns = {name: make() for name, make in KERNELS.items()}
-  _common.emit(_common.time_interleaved(fns, args.repeats))
+  timings = _common.time_interleaved(fns, args.repeats)
+  _common.emit({**timings, 'callbacks': _common.count_callbacks(fns)})
 
 
 if __name__ == '__main__':
