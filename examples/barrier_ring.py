@@ -164,6 +164,7 @@ def ring_all_gather(
       ],
       compiler_params=pltpu.CompilerParams(collective_id=0),
       interpret=_report.interpret_params(
+          allow_non_decrementing_semaphore_wait=True,
           detect_races=True, dma_execution_mode=dma_execution_mode
       ),
   )

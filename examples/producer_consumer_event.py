@@ -92,7 +92,10 @@ def normalize_columns(x: jax.Array) -> tuple[jax.Array, ...]:
           pltpu.VMEM((8, 128), jnp.int32),  # Semaphore counts seen.
           pltpu.SemaphoreType.REGULAR,  # The "table is ready" event.
       ],
-      interpret=_report.interpret_params(detect_races=True),
+      interpret=_report.interpret_params(
+          allow_non_decrementing_semaphore_wait=True,
+          detect_races=True,
+      ),
   )
   def kernel(x_hbm, table_hbm, y_hbm, counts_hbm,
              x_all, table, chunk, counts, table_ready):

@@ -110,7 +110,11 @@ def cosine_scores(
           pltpu.VMEM((ROWS_PER_CORE, CODES), jnp.float32),  # Its scores.
           pltpu.VMEM((8, 128), jnp.int32),  # Semaphore counts seen.
       ],
-      interpret=_report.interpret_params(detect_races=True),
+      interpret=_report.interpret_params(
+          allow_non_decrementing_semaphore_wait=True,
+          allow_collective_axes_in_run_scoped=True,
+          detect_races=True,
+      ),
   )
   def kernel(x_hbm, codebook_hbm, table_hbm, scores_hbm, counts_hbm,
              codes, x_rows, scores, counts):

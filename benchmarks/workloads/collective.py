@@ -92,7 +92,10 @@ def _out_specs(extra_outputs=()):
       out_type=(jax.ShapeDtypeStruct((NUM_CORES * ROWS_PER_CORE, CODES),
                                      jnp.float32), *extra_outputs),
       mesh=pltpu.TensorCoreMesh(axis_name='core', num_cores=NUM_CORES),
-      interpret=pltpu.InterpretParams(),
+      interpret=pltpu.InterpretParams(
+          allow_non_decrementing_semaphore_wait=True,
+          allow_collective_axes_in_run_scoped=True,
+      ),
   )
 
 

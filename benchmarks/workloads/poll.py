@@ -50,7 +50,9 @@ def polling_kernel(
       mesh=mesh,
       scratch_types=[pltpu.VMEM((8, 128), jnp.int32),
                      pltpu.SemaphoreType.REGULAR],
-      interpret=pltpu.InterpretParams(),
+      interpret=pltpu.InterpretParams(
+          allow_non_decrementing_semaphore_wait=True,
+      ),
   )
   def kernel(o_hbm, buf, sem):
     core = lax.axis_index('core')

@@ -81,7 +81,9 @@ def blocked_kernel(decrement: bool):
       mesh=mesh,
       scratch_types=[pltpu.VMEM((8, 128), jnp.int32),
                      pltpu.SemaphoreType.REGULAR],
-      interpret=pltpu.InterpretParams(),
+      interpret=pltpu.InterpretParams(
+          allow_non_decrementing_semaphore_wait=True,
+      ),
   )
   def kernel(o_hbm, buf, sem):
     core = lax.axis_index('core')
@@ -173,7 +175,9 @@ def wakeup_kernel(rounds: int):
       mesh=mesh,
       scratch_types=[pltpu.VMEM((8, 128), jnp.int32),
                      pltpu.SemaphoreType.REGULAR],
-      interpret=pltpu.InterpretParams(),
+      interpret=pltpu.InterpretParams(
+          allow_non_decrementing_semaphore_wait=True,
+      ),
   )
   def kernel(o_hbm, buf, sem):
     core = lax.axis_index('core')
@@ -221,7 +225,9 @@ def unblocked_kernel(rounds: int):
       mesh=mesh,
       scratch_types=[pltpu.VMEM((8, 128), jnp.int32),
                      pltpu.SemaphoreType.REGULAR],
-      interpret=pltpu.InterpretParams(),
+      interpret=pltpu.InterpretParams(
+          allow_non_decrementing_semaphore_wait=True,
+      ),
   )
   def kernel(o_hbm, buf, sem):
     def round_(i, seen):

@@ -61,7 +61,10 @@ class InterpretCollectiveRunScopedDistributedTest(jtu.JaxTestCase):
     @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((num_cores, *_SHAPE), jnp.float32),
         mesh=core_mesh,
-        interpret=test_util.interpret_params(**params),
+        interpret=test_util.interpret_params(
+            allow_collective_axes_in_run_scoped=True,
+            **params,
+        ),
     )
     def kernel(x_ref, o_ref):
       core = jax.lax.axis_index('core')

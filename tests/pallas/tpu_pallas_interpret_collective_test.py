@@ -95,7 +95,11 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     @test_util.kernel(
         out_type=_per_core_output(num_cores),
         mesh=mesh,
-        interpret=test_util.interpret_params(**params),
+        interpret=test_util.interpret_params(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+            **params,
+        ),
     )
     def kernel(x_ref, o_ref):
       core = jax.lax.axis_index('core')
@@ -147,7 +151,11 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     @test_util.kernel(
         out_type=_per_core_output(2),
         mesh=test_util.tensorcore_mesh('core', 2),
-        interpret=pltpu.InterpretParams(uninitialized_memory='zero'),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+            uninitialized_memory='zero',
+        ),
     )
     def kernel(x_ref, o_ref):
       _share_from_core_1(x_ref, o_ref)
@@ -196,6 +204,8 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
         mesh=test_util.tensorcore_mesh('core', num_cores),
         scratch_types=[pltpu.VMEM(_SHAPE, jnp.int32)],
         interpret=test_util.interpret_params(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
             allow_hbm_allocation_in_run_scoped=True
         ),
     )
@@ -245,7 +255,11 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
         out_type=_per_core_output(num_cores),
         mesh=test_util.tensorcore_mesh('core', num_cores),
         scratch_types=[pltpu.VMEM(_SHAPE, jnp.float32)],
-        interpret=test_util.interpret_params(detect_races=True),
+        interpret=test_util.interpret_params(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+            detect_races=True,
+        ),
     )
     def kernel(x_ref, o_ref, acc_ref):
       core = jax.lax.axis_index('core')
@@ -310,7 +324,10 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     @test_util.kernel(
         out_type=_per_core_output(num_cores),
         mesh=test_util.tensorcore_mesh('core', num_cores),
-        interpret=pltpu.InterpretParams(),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+        ),
     )
     def kernel(x_ref, o_ref):
       core = jax.lax.axis_index('core')
@@ -344,7 +361,11 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     @test_util.kernel(
         out_type=_per_core_output(num_cores),
         mesh=test_util.tensorcore_mesh('core', num_cores),
-        interpret=test_util.interpret_params(detect_races=True),
+        interpret=test_util.interpret_params(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+            detect_races=True,
+        ),
     )
     def kernel(x_ref, o_ref):
       core = jax.lax.axis_index('core')
@@ -392,7 +413,11 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
         out_type=jax.ShapeDtypeStruct((num_cores, *table_shape), jnp.float32),
         mesh=test_util.tensorcore_mesh('core', num_cores),
         scratch_types=[pltpu.VMEM((rows_per_core, 128), jnp.float32)],
-        interpret=test_util.interpret_params(detect_races=True),
+        interpret=test_util.interpret_params(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+            detect_races=True,
+        ),
     )
     def kernel(x_ref, o_ref, row_ref):
       core = jax.lax.axis_index('core')
@@ -430,11 +455,36 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     np.testing.assert_array_equal(out, np.broadcast_to(expected, out.shape))
     self.assertFalse(mosaic_interpret.races.races_found)
 
-  def test_axis_not_in_scope_raises(self):
+  def test_collective_scope_needs_allow_flag(self):
     @test_util.kernel(
         out_type=_per_core_output(2),
         mesh=test_util.tensorcore_mesh('core', 2),
         interpret=pltpu.InterpretParams(),
+    )
+    def kernel(x_ref, o_ref):
+      def body(buffer_ref):
+        pltpu.sync_copy(x_ref, buffer_ref)
+        pltpu.sync_copy(buffer_ref, o_ref.at[jax.lax.axis_index('core')])
+
+      pl.run_scoped(
+          body, pltpu.VMEM(_SHAPE, jnp.float32), collective_axes='core'
+      )
+
+    with self.assertRaisesRegex(
+        NotImplementedError,
+        r'not supported by the Mosaic TPU compiler.*'
+        r'InterpretParams\(allow_collective_axes_in_run_scoped=True\)',
+    ):
+      kernel(jnp.ones(_SHAPE, jnp.float32))
+
+  def test_axis_not_in_scope_raises(self):
+    @test_util.kernel(
+        out_type=_per_core_output(2),
+        mesh=test_util.tensorcore_mesh('core', 2),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+        ),
     )
     def kernel(x_ref, o_ref):
       def body(buffer_ref):
@@ -473,7 +523,11 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=('parallel',)
         ),
-        interpret=test_util.interpret_params(num_cores_or_threads=2),
+        interpret=test_util.interpret_params(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+            num_cores_or_threads=2,
+        ),
         name='grid_axis_collective',
     )
     with self.assertRaisesRegex(
@@ -487,7 +541,10 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     @test_util.kernel(
         out_type=_per_core_output(2),
         mesh=test_util.tensorcore_mesh('core', 2),
-        interpret=pltpu.InterpretParams(),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+        ),
     )
     def kernel(x_ref, o_ref):
       core = jax.lax.axis_index('core')
@@ -521,7 +578,10 @@ class InterpretCollectiveRunScopedTest(jtu.JaxTestCase):
     @test_util.kernel(
         out_type=_per_core_output(2),
         mesh=test_util.tensorcore_mesh('core', 2),
-        interpret=pltpu.InterpretParams(),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+        ),
     )
     def kernel(x_ref, o_ref):
       core = jax.lax.axis_index('core')

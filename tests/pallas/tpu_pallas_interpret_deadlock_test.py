@@ -70,7 +70,11 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
             pltpu.VMEM(_SHAPE, jnp.float32),
             pltpu.SemaphoreType.REGULAR,
         ],
-        interpret=pltpu.InterpretParams(**params),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+            **params,
+        ),
     )
     def kernel(o_ref, vmem_ref, sem):
       core = jax.lax.axis_index('core')
@@ -116,7 +120,10 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
     @test_util.kernel(
         out_type=jax.ShapeDtypeStruct(_SHAPE, jnp.float32),
         mesh=test_util.tensorcore_mesh('core', 1),
-        interpret=pltpu.InterpretParams(),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+        ),
     )
     def kernel(o_ref):
       def body(sem):
@@ -149,7 +156,10 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
     @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((2, *_SHAPE), jnp.float32),
         mesh=test_util.tensorcore_mesh('core', 2),
-        interpret=pltpu.InterpretParams(),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+        ),
     )
     def kernel(x_ref, o_ref):
       core = jax.lax.axis_index('core')
@@ -194,6 +204,8 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
             pltpu.SemaphoreType.REGULAR,
         ],
         interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
             dma_execution_mode=dma_execution_mode
         ),
     )
@@ -223,7 +235,10 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
             pltpu.VMEM(_SHAPE, jnp.float32),
             pltpu.SemaphoreType.REGULAR,
         ],
-        interpret=pltpu.InterpretParams(),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+            allow_collective_axes_in_run_scoped=True,
+        ),
     )
     def kernel(o_ref, vmem_ref, sem):
       core = jax.lax.axis_index('core')

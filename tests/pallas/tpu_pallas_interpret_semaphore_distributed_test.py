@@ -105,6 +105,7 @@ class InterpretSemaphoreDistributedTest(jtu.JaxTestCase):
         scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
         compiler_params=pltpu.CompilerParams(collective_id=7),
         interpret=test_util.interpret_params(
+            allow_non_decrementing_semaphore_wait=True,
             dma_execution_mode=dma_execution_mode, detect_races=detect_races
         ),
     )
@@ -156,7 +157,9 @@ class InterpretSemaphoreDistributedTest(jtu.JaxTestCase):
         out_shape=jax.ShapeDtypeStruct((2,), jnp.int32),
         out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
         scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-        interpret=pltpu.InterpretParams(),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+        ),
     )
     run = jax.jit(
         shard_map.shard_map(

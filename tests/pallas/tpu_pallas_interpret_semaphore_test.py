@@ -76,9 +76,30 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
         kernel,
         **_smem_output(4),
         scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-        interpret=pltpu.InterpretParams(),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+        ),
     )()
     np.testing.assert_array_equal(out, [2, 2, 2, 0])
+
+  def test_nondecrementing_wait_needs_allow_flag(self):
+    def kernel(o_ref, sem):
+      pl.semaphore_signal(sem, 1)
+      pl.semaphore_wait(sem, 1, decrement=False)
+      pl.semaphore_wait(sem, 1)
+      o_ref[0] = jnp.int32(1)
+
+    with self.assertRaisesRegex(
+        NotImplementedError,
+        r'not supported by the Mosaic TPU compiler.*'
+        r'InterpretParams\(allow_non_decrementing_semaphore_wait=True\)',
+    ):
+      pl.pallas_call(
+          kernel,
+          **_smem_output(1),
+          scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+          interpret=pltpu.InterpretParams(),
+      )()
 
   @parameterized.parameters(False, True)
   def test_nondecrementing_wait_reported_count_at_exit(self, drain):
@@ -99,7 +120,9 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
           kernel,
           **_smem_output(1),
           scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-          interpret=pltpu.InterpretParams(),
+          interpret=pltpu.InterpretParams(
+              allow_non_decrementing_semaphore_wait=True,
+          ),
       )()
       out = jax.block_until_ready(out)
     np.testing.assert_array_equal(out, [1])
@@ -121,7 +144,9 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
         kernel,
         **_smem_output(2),
         scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-        interpret=pltpu.InterpretParams(),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+        ),
     )()
     np.testing.assert_array_equal(out, [3, 0])
 
@@ -140,7 +165,9 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
         kernel,
         **_smem_output(5),
         scratch_shapes=[pltpu.SemaphoreType.REGULAR((4,))],
-        interpret=pltpu.InterpretParams(),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+        ),
     )()
     np.testing.assert_array_equal(out, [1, 2, 3, 4, 0])
 
@@ -155,7 +182,10 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
           kernel,
           **_smem_output(1),
           scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-          interpret=test_util.interpret_params(detect_races=detect_races),
+          interpret=test_util.interpret_params(
+              allow_non_decrementing_semaphore_wait=True,
+              detect_races=detect_races,
+          ),
       )()
       out = jax.block_until_ready(out)
     np.testing.assert_array_equal(out, [0])
@@ -184,7 +214,9 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
           kernel,
           **_smem_output(2),
           scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-          interpret=pltpu.InterpretParams(),
+          interpret=pltpu.InterpretParams(
+              allow_non_decrementing_semaphore_wait=True,
+          ),
       )()
       out = jax.block_until_ready(out)
     # The count is 1, 2, ..., num_iterations after each iteration's signal.
@@ -225,6 +257,7 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
               pltpu.SemaphoreType.REGULAR,
           ],
           interpret=test_util.interpret_params(
+              allow_non_decrementing_semaphore_wait=True,
               detect_races=True, dma_execution_mode=dma_execution_mode
           ),
       )(x)
@@ -246,7 +279,9 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
             pltpu.VMEM((8, 128), jnp.int32),
             pltpu.SemaphoreType.REGULAR,
         ],
-        interpret=pltpu.InterpretParams(),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+        ),
     )
     def kernel(o_ref, vmem_ref, sem):
       core = jax.lax.axis_index('core')
@@ -283,7 +318,9 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
             pltpu.VMEM((8, 128), jnp.float32),
             pltpu.SemaphoreType.REGULAR,
         ],
-        interpret=pltpu.InterpretParams(),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+        ),
     )
     def kernel(o_ref, vmem_ref, sem):
       core = jax.lax.axis_index('core')
@@ -316,7 +353,10 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
             pltpu.VMEM((8, 128), jnp.float32),
             pltpu.SemaphoreType.REGULAR,
         ],
-        interpret=test_util.interpret_params(detect_races=True),
+        interpret=test_util.interpret_params(
+            allow_non_decrementing_semaphore_wait=True,
+            detect_races=True,
+        ),
     )
     def kernel(x_ref, o_ref, vmem_ref, sem):
       core = jax.lax.axis_index('core')
@@ -347,7 +387,9 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
             pltpu.VMEM((8, 128), jnp.float32),
             pltpu.SemaphoreType.REGULAR,
         ],
-        interpret=pltpu.InterpretParams(),
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+        ),
     )
     def kernel(x_ref, o_ref, vmem_ref, sem):
       core_index = jax.lax.axis_index('core')
