@@ -15,9 +15,10 @@
 """Runs every example in this directory and summarizes the results.
 
 Each example runs in its own subprocess with the running Python, because each
-sets its own number of simulated CPU devices before importing jax; up to
-`--jobs` of them run at once (default: the number of CPUs this process may
-use). Their output is streamed as it comes, each line prefixed
+sets its own number of simulated CPU devices before importing jax. By
+default all of them run at once: each keeps about one CPU busy, so on two
+CPUs three examples end sooner together than two at a time (`--jobs N` runs
+at most N at once). Their output is streamed as it comes, each line prefixed
 with the example's name. An example fails if it exits non-zero (a mismatch or
 an error) or runs longer than the timeout, so a kernel that hangs fails
 instead of hanging the run.
@@ -149,14 +150,6 @@ def run_example(path: pathlib.Path, timeout_s: float) -> Result:
   return Result(path.stem, feature_of(path), status, seconds)
 
 
-def _default_jobs() -> int:
-  """The CPUs this process may use: each example keeps about one busy."""
-  try:
-    return max(1, len(os.sched_getaffinity(0)))
-  except AttributeError:
-    return os.cpu_count() or 1
-
-
 def summary(results: list[Result], seconds: float) -> str:
   """Returns the closing summary: a line per example, then the totals.
 
@@ -188,14 +181,14 @@ def main(argv: list[str] | None = None) -> int:
       help='seconds each example may run (default: %(default)s)',
   )
   parser.add_argument(
-      '--jobs', type=int, default=_default_jobs(),
-      help='examples run at once (default: the CPUs available, %(default)s)',
+      '--jobs', type=int, default=None,
+      help='at most this many examples run at once (default: all)',
   )
   parser.add_argument(
       'names', nargs='*', help='examples to run (default: all)'
   )
   args = parser.parse_args(argv)
-  if args.jobs < 1:
+  if args.jobs is not None and args.jobs < 1:
     parser.error('--jobs must be at least 1')
 
   examples = find_examples()
@@ -206,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     examples = [p for p in examples if p.stem in args.names]
 
   start = time.monotonic()
-  with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+  jobs = args.jobs or max(1, len(examples))
+  with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
     results = list(pool.map(lambda p: run_example(p, args.timeout), examples))
   print(summary(results, time.monotonic() - start), flush=True)
   return 0 if results and all(r.ok for r in results) else 1
