@@ -18,7 +18,8 @@
 # the copy in ${XDG_CACHE_HOME:-~/.cache}/jax-interpret-patches/uv, which
 # this script installs there from the registry with pip the first time. Where
 # uv cannot be had or fails, and with JAX_INTERPRET_PATCHES_NO_UV=1, it uses
-# `python -m venv` and pip instead (about ten times slower).
+# `python -m venv` and pip instead (70 s instead of uv's 1 s, measured once
+# on a loaded 2-core machine with both caches warm).
 set -euo pipefail
 
 requirements=requirements-dev.txt
