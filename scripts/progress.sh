@@ -24,10 +24,18 @@ step() {
   shift
   start="$(now)"
   echo "==> $name"
-  # sleep holds no copy of stdout: a pipe reading this script closes on time.
-  ( while sleep 10 > /dev/null 2>&1; do
+  # The ticker ends its own sleep when it is killed, and the sleep holds no
+  # copy of stdout anyway: a pipe reading this script closes on time.
+  (
+    nap=""
+    trap '[[ -n "$nap" ]] && kill "$nap" 2> /dev/null; exit 0' TERM
+    while true; do
+      sleep 10 > /dev/null 2>&1 &
+      nap=$!
+      wait "$nap"
       echo "... $name: $(elapsed_since "$start") s"
-    done ) &
+    done
+  ) &
   ticker=$!
   "$@" || rc=$?
   kill "$ticker" 2> /dev/null || true
