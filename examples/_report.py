@@ -18,10 +18,13 @@ Every example module exposes `run() -> list[tuple[str, np.ndarray,
 np.ndarray]]` and ends with::
 
   if __name__ == '__main__':
-    sys.exit(_report.main(run))
+    sys.exit(_report.main(run, FEATURE))
 
-Integer and boolean rows are compared exactly, floating point rows with
-`np.testing.assert_allclose` tolerances.
+where `FEATURE` is a module-level string saying which feature the example
+shows (`run_all.py` reads it for its summary). Integer and boolean rows are
+compared exactly, floating point rows with `np.testing.assert_allclose`
+tolerances. The exit code is 0 if every row matches, `MISMATCH_EXIT_CODE`
+if one does not (and 1, Python's, on an uncaught error).
 """
 
 from collections.abc import Callable, Sequence
@@ -47,6 +50,9 @@ except ModuleNotFoundError:
   )
 
 Row = tuple[str, np.ndarray, np.ndarray]
+
+# The exit code of an example whose results differ from the expected values.
+MISMATCH_EXIT_CODE = 3
 
 # Values shown per array before it is abbreviated with '...'.
 _NUM_SHOWN = 4
@@ -216,6 +222,15 @@ def report(rows: Sequence[Row]) -> int:
   return mismatched
 
 
-def main(run: Callable[[], Sequence[Row]]) -> int:
-  """Runs an example, prints its rows; returns the process exit code."""
-  return 1 if report(run()) else 0
+def main(run: Callable[[], Sequence[Row]], feature: str) -> int:
+  """Runs an example and prints its rows.
+
+  Args:
+    run: The example's `run`.
+    feature: What the example shows, printed first.
+
+  Returns:
+    The process exit code: 0, or `MISMATCH_EXIT_CODE` if a row mismatched.
+  """
+  print(f'shows: {feature}')
+  return MISMATCH_EXIT_CODE if report(run()) else 0

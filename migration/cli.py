@@ -1,6 +1,7 @@
 """Patch jax's Pallas TPU interpreter in place, reversibly, or build a wheel.
 
 Usage: python -m migration COMMAND [--json] [flags]
+   or: jax-interpret-patches COMMAND [--json] [flags]
 
 The target environment is the running Python's, or the one of --python PATH.
 jax is never imported; its version is read from the installed metadata (a
@@ -23,6 +24,8 @@ Commands:
             patches already upstream are skipped. Already patched: nothing
             to do. --dry_run: report only. --force: set locally modified
             files aside (revert restores them) and patch the released ones.
+            Prints what it did and the files it replaced; --verbose adds
+            the status table.
   revert    Restore the released files byte for byte (and files set aside
             by apply --force). Already pristine: nothing to do.
   wheel     Build jax-V+interpret.N-py3-none-any.whl from the released wheel
@@ -138,6 +141,9 @@ _PYTHON = flags.DEFINE_string(
     '(default: the running one).')
 _DRY_RUN = flags.DEFINE_bool(
     'dry_run', False, 'apply/revert: check and report; change nothing.')
+_VERBOSE = flags.DEFINE_bool(
+    'verbose', False,
+    'apply/revert: also print the status table afterwards (as status does).')
 _FORCE = flags.DEFINE_bool(
     'force', False,
     'apply: set locally modified files aside in the state directory '
@@ -178,11 +184,38 @@ _UPDATE = flags.DEFINE_bool(
     'drift: record the current drift as known in patches/drift.json.')
 
 _HELP_ARGS = ('-h', '-?', '--help', '--helpshort', '--helpfull')
+_MODULE_PROG = 'python -m migration'
+
+
+def prog(argv0: str | None = None) -> str:
+  """Returns the program the user ran, to name it in help and error texts.
+
+  Args:
+    argv0: ``sys.argv[0]`` (the default): ``.../migration/__main__.py`` for
+      ``python -m migration``, the script's path for the console script.
+
+  Returns:
+    ``python -m migration`` or the script's name, e.g.
+    ``jax-interpret-patches``.
+  """
+  argv0 = sys.argv[0] if argv0 is None else argv0
+  name = os.path.basename(argv0)
+  if not name or name in ('__main__.py', '-c', '-m') or name.endswith('.py'):
+    return _MODULE_PROG
+  return name
+
+
+def _named(text: str) -> str:
+  """Names the program the user ran where ``text`` says python -m migration."""
+  return text.replace(_MODULE_PROG, prog())
 
 
 def _usage() -> str:
-  return (__doc__ + '\nflags:\n'
-          + flags.FLAGS.module_help(sys.modules[__name__]) + '\n')
+  usage = __doc__ if prog() == _MODULE_PROG else '\n'.join(
+      line for line in __doc__.splitlines()
+      if not line.startswith('   or: '))
+  return _named(usage + '\nflags:\n'
+                + flags.FLAGS.module_help(sys.modules[__name__]) + '\n')
 
 
 def _normalize(argv: list[str]) -> list[str]:
@@ -215,7 +248,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     remaining = flags.FLAGS(_normalize(argv))
   except flags.Error as e:
     sys.stderr.write(f'Error (usage, exit code 2): {e}\n'
-                     'Run python -m migration --help for usage.\n')
+                     f'Run {prog()} --help for usage.\n')
     sys.exit(int(errors.ExitCode.USAGE))
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # -v 0 shows each step.
@@ -339,7 +372,7 @@ def _fork(command: str, patches_dir: str) -> tuple[int, str]:
     text = (f'Made {fork_dir}: jax {info.version} (tag upstream/'
             f'{info.version}) plus {len(info.patches)} commit(s) of '
             f'{info.series} on branch {info.series}. Edit, commit, then run '
-            'python -m migration refresh. Run git inside '
+            f'{prog()} refresh. Run git inside '
             f'{os.path.join(fork_dir, fork.PACKAGE_DIR)}.')
   elif _ALL.value:
     return _fork_all(command, manifest, fork_dir)
@@ -503,7 +536,7 @@ def _apply_or_revert(command: str, patches_dir: str) -> tuple[int, str]:
                            wheel_dirs=tuple(_WHEEL_DIR.value))
   if _JSON.value:
     return 0, report.to_json(report.result_dict(result))
-  return 0, report.result_text(result)
+  return 0, report.result_text(result, table=_VERBOSE.value)
 
 
 def _manifest(patches_dir: str) -> tuple[int, str]:
@@ -541,7 +574,7 @@ def main(argv: list[str]) -> int:
     if (len(args) != 1 and command != 'carry') or command not in COMMANDS:
       raise errors.UsageError(
           f'Expected one command out of {", ".join(COMMANDS)}; got '
-          f'{" ".join(args) or "none"}. Run python -m migration --help.')
+          f'{" ".join(args) or "none"}. Run {prog()} --help.')
     patches_dir = manifest_lib.locate_patches_dir(_PATCHES_DIR.value)
     if command == 'status':
       code, out = _status(patches_dir)
@@ -573,7 +606,7 @@ def main(argv: list[str]) -> int:
   if _JSON.value:
     _emit(report.to_json(report.error_dict(command, error, code)), sys.stdout)
   else:
-    _emit(report.error_text(error, code), sys.stderr)
+    _emit(_named(report.error_text(error, code)), sys.stderr)
   return int(code)
 
 

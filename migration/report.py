@@ -100,11 +100,21 @@ def result_dict(result: transaction.Result) -> dict[str, Any]:
   }
 
 
-def result_text(result: transaction.Result) -> str:
+def result_text(result: transaction.Result, table: bool = False) -> str:
+  """Returns what apply or revert did: a sentence and the files replaced.
+
+  Args:
+    result: the outcome of ``transaction.run``.
+    table: also append the status table of the environment afterwards.
+
+  Returns:
+    The text for a terminal.
+  """
   lines = [result.message]
   verb = 'would replace' if result.dry_run else 'replaced'
   lines += [f'  {verb} {f}' for f in result.files]
-  return '\n'.join(lines) + '\n\n' + status_text(result.after)
+  text = '\n'.join(lines)
+  return text + '\n\n' + status_text(result.after) if table else text
 
 
 def error_dict(command: str, error: BaseException,

@@ -179,6 +179,40 @@ class MigrationCliTest(absltest.TestCase):
     self.assertIn('already pristine', proc.stdout)
     self.assertPristine()
 
+  def test_apply_prints_its_result_and_the_table_only_if_verbose(self):
+    for args in (('apply', '--dry-run'), ('apply',), ('revert',)):
+      out = self.run_tool(*args).stdout
+      # One sentence, then one line per file replaced (or to be replaced).
+      self.assertEqual(len(out.splitlines()), 1 + len(self.files), out)
+      self.assertNotIn('State:', out)
+    out = self.run_tool('apply', '--verbose').stdout
+    self.assertIn('Applied', out)
+    self.assertIn('State:', out)
+    self.assertIn(self.series.name, out)
+
+  def test_help_and_errors_name_the_program_run(self):
+    # A console script like pip's entry point for jax-interpret-patches.
+    script = os.path.join(self.root, 'jax-interpret-patches')
+    with open(script, 'w', encoding='utf-8') as f:
+      f.write('from migration import cli\ncli.run()\n')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, self.deps]))
+    for prog, cmd in (('jax-interpret-patches', [self.python, script]),
+                      ('python -m migration',
+                       [self.python, '-m', 'migration'])):
+      run = lambda *a, cmd=cmd: subprocess.run(  # noqa: E731
+          [*cmd, *a], cwd=self.root, env=env, capture_output=True,
+          text=True, check=False)
+      proc = run('frobnicate')
+      self.assertEqual(proc.returncode, 2, proc.stderr)
+      self.assertIn(f'Run {prog} --help', proc.stderr)
+      proc = run('status', '--no_such_flag')
+      self.assertEqual(proc.returncode, 2, proc.stderr)
+      self.assertIn(f'Run {prog} --help', proc.stderr)
+      out = run('--help').stdout
+      self.assertIn(f'Usage: {prog} COMMAND', out)
+      if prog != 'python -m migration':
+        self.assertNotIn('python -m migration', out)
+
   def test_apply_keeps_pristine_backup(self):
     self.run_tool('apply')
     backup = os.path.join(self.state_dir, 'backup', VERSION)

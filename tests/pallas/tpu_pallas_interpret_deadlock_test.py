@@ -143,13 +143,35 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
         kernel().block_until_ready()
     pltpu.reset_tpu_interpret_mode_state()
 
+  def test_deadlock_is_caught_by_its_name_in_the_runtime_error(self):
+    # The DeadlockError is raised in a callback; the caller gets a
+    # JaxRuntimeError whose message names it, and catches it like this.
+    kernel = self._unsatisfiable_kernel(2, True)
+    caught = None
+    with test_util.fail_instead_of_hanging():
+      try:
+        kernel().block_until_ready()
+      except jax.errors.JaxRuntimeError as e:
+        if 'DeadlockError' not in str(e):
+          raise
+        caught = e
+    pltpu.reset_tpu_interpret_mode_state()
+    self.assertIsNotNone(caught)
+    self.assertIn('device 0, core 1: waits at', str(caught))
+    # After the reset, the next kernel runs normally.
+    with test_util.fail_instead_of_hanging():
+      out = jax.block_until_ready(self._unsatisfiable_kernel(1, True)())
+    np.testing.assert_array_equal(out, np.zeros((1, *_SHAPE)))
+
   def test_detection_can_be_switched_off(self):
     kernel = self._unsatisfiable_kernel(2, True, detect_deadlocks=False)
     with test_util.fail_instead_of_hanging(timeout_s=3.0):
       with self.assertRaisesRegex(
           jax.errors.JaxRuntimeError, r'kernel did not finish within 3.0 s'
-      ):
+      ) as cm:
         kernel().block_until_ready()
+    # Only a detected deadlock names DeadlockError.
+    self.assertNotIn('DeadlockError', str(cm.exception))
 
   def test_never_entered_collective_scope_raises(self):
     # Core 0 waits in a collective scope for core 1, which never enters it.
