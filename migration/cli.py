@@ -88,6 +88,7 @@ from migration import state
 from migration import transaction
 from migration import upstream
 from migration import wheelbuild
+from migration import wheels
 
 COMMANDS = ('status', 'check', 'apply', 'revert', 'wheel', 'fork', 'refresh',
             'manifest', 'export-upstream')
@@ -220,7 +221,9 @@ def _status(patches_dir: str) -> tuple[int, str]:
 
 
 def _versions(value: list[str]) -> list[str]:
-  return [v for item in value for v in item.split(',') if v]
+  """The --version values; raises UsageError for one that is no version."""
+  return [wheels.check_version_number(v)
+          for item in value for v in item.split(',') if v]
 
 
 def _installed_version() -> str:

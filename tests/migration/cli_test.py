@@ -482,7 +482,7 @@ class MigrationCliTest(absltest.TestCase):
     self.run_tool('apply')
     patched = self.snapshot()
     self.run_tool('revert')
-    for i, step in enumerate(transaction.STEPS):
+    for i, step in enumerate(transaction.steps(len(self.files))):
       with self.subTest(step=step):
         if i % 2 == 0:
           # Killed apply, then revert: pristine, byte for byte.
