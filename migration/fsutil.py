@@ -160,20 +160,19 @@ def remove(path: str) -> None:
     os.remove(path)
 
 
-def sweep(directories) -> list[str]:
+def leftovers(directories) -> list[str]:
+  """The tool's temporary files in ``directories`` (a run's or a leftover)."""
+  return [path for d in dict.fromkeys(directories)
+          for path in glob.glob(os.path.join(glob.escape(d), TMP_PREFIX + '*'))]
+
+
+def sweep(directories) -> None:
   """Removes the temporary files a killed run left in ``directories``.
 
   Call only under the lock: another run's temporary files are in use.
-
-  Returns:
-    The removed paths.
   """
-  out = []
-  for d in dict.fromkeys(directories):
-    for path in glob.glob(os.path.join(glob.escape(d), TMP_PREFIX + '*')):
-      remove(path)
-      out.append(path)
-  return out
+  for path in leftovers(directories):
+    remove(path)
 
 
 @contextlib.contextmanager

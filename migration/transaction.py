@@ -1,9 +1,10 @@
 """All-or-nothing apply and revert of a series in site-packages.
 
-A run classifies the target files once, then (unless ``--dry_run``) probes
-that every target file and its directories can be replaced, takes the lock,
-settles an interrupted run (below), removes what killed runs left behind,
-and plans: the start contents are staged in a scratch directory, the
+A run classifies the target files once, then (unless ``--dry_run``) takes
+the lock in the state directory, settles an interrupted run (below),
+removes what killed runs left behind, probes that every target file and its
+directories can be replaced (``chattr +i``, a read-only mount: exit 5), and
+plans: the start contents are staged in a scratch directory, the
 remaining patches applied (or reverse-applied) there with git apply,
 skipping those the release already contains, and every staged hash checked
 against the manifest. The pristine files are backed up; then the commit:
@@ -76,8 +77,8 @@ def steps(n_files: int) -> tuple[str, ...]:
   Args:
     n_files: how many files the run replaces (``replaced-1`` ...).
   """
-  return ('probed', 'locked', 'recovered', 'staged', 'backed-up',
-          'temp-written', 'journal-commit',
+  return ('probed', 'locked', 'recovered', 'probed-target', 'staged',
+          'backed-up', 'temp-written', 'journal-commit',
           *(f'replaced-{i}' for i in range(1, n_files + 1)),
           'replaced-all', 'pycache-cleared', 'record-written')
 
@@ -190,20 +191,38 @@ def _probe_file(path: str) -> str | None:
   return None
 
 
-def _probe_dir(directory: str) -> str | None:
+def _probe_dir(directory: str, step: str = 'probed') -> str | None:
   """Returns why ``directory`` is not writable, or None if it is."""
   try:
     path = fsutil.write_temp(directory, b'')
   except OSError as e:
     return e.strerror or str(e)
-  _kill_point('probed')
+  _kill_point(step)
   fsutil.remove(path)  # A run holding the lock may have swept it.
   return None
 
 
-def check_writable(env: environment.Environment, files: list[str],
-                   sdir: str) -> None:
-  """Checks that every file and directory this run writes is writable.
+def _make_state_dir(sdir: str) -> None:
+  """Creates the state directory and checks that it is writable.
+
+  Raises:
+    EnvironmentProblem: it cannot be created or written.
+  """
+  try:
+    os.makedirs(sdir, exist_ok=True)
+  except OSError as e:
+    raise errors.EnvironmentProblem(
+        f'Cannot create the state directory {sdir}: {e}. Nothing was '
+        'changed.') from e
+  why = _probe_dir(sdir)
+  if why:
+    raise errors.EnvironmentProblem(
+        f'The state directory {sdir} is not writable ({why}). Nothing was '
+        'changed.')
+
+
+def check_writable(env: environment.Environment, files) -> None:
+  """Checks that every target file and its directories can be written.
 
   Raises:
     EnvironmentProblem: a file cannot be replaced or a directory is
@@ -211,20 +230,15 @@ def check_writable(env: environment.Environment, files: list[str],
     PatchDataError: a file is not inside site-packages/jax.
   """
   paths = [env.path(f) for f in files]
-  try:
-    os.makedirs(sdir, exist_ok=True)
-  except OSError as e:
-    raise errors.EnvironmentProblem(
-        f'Cannot create the state directory {sdir}: {e}') from e
   checks = [(p, _probe_file) for p in paths]
   for p in paths:
     d = os.path.dirname(p)
     checks.append((d, _probe_dir))
     if os.path.isdir(os.path.join(d, '__pycache__')):
       checks.append((os.path.join(d, '__pycache__'), _probe_dir))
-  checks.append((sdir, _probe_dir))
   for path, probe in dict.fromkeys(checks):
-    why = probe(path)
+    why = (probe(path, 'probed-target') if probe is _probe_dir
+           else probe(path))
     if why:
       raise errors.EnvironmentProblem(
           f'{path} is not writable ({why}); site-packages '
@@ -702,9 +716,11 @@ def run(command: str, manifest: manifest_lib.Manifest,
   noop = {'apply': state.Overall.PATCHED, 'revert': state.Overall.PRISTINE}
   journal_pending = os.path.lexists(journal_lib.path(sdir))
   stale_record = command == 'revert' and record_lib.load(sdir) is not None
+  stale_temps = bool(fsutil.leftovers(
+      _sweep_dirs(env, before.series.files, sdir)))
   word = 'patched' if command == 'apply' else 'pristine'
   if (before.overall == noop[command] and not journal_pending
-      and (dry_run or not stale_record)):
+      and (dry_run or not (stale_record or stale_temps))):
     return Result(command, False, f'Nothing to do: already {word}. '
                   + before.message, before, before, state_dir=sdir,
                   dry_run=dry_run)
@@ -712,7 +728,7 @@ def run(command: str, manifest: manifest_lib.Manifest,
   if dry_run:
     return _dry_run(make_plan(command, before, sdir, manifest.release, force,
                               wheel_dirs), journal_pending)
-  check_writable(env, list(before.series.files), sdir)
+  _make_state_dir(sdir)
   with _locked(sdir, lock_timeout):
     _kill_point('locked')
     interrupted = recover(env, sdir)
@@ -722,6 +738,8 @@ def run(command: str, manifest: manifest_lib.Manifest,
     except OSError as e:
       raise errors.EnvironmentProblem(
           f'Cannot remove temporary files of an earlier run: {e}') from e
+    # After recovery, which may have to roll back past an obstacle.
+    check_writable(env, before.series.files)
     if interrupted is not None or not _unchanged(before):
       before = state.classify(env, manifest)  # Another run changed them.
     if interrupted is not None:
