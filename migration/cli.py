@@ -46,17 +46,21 @@ Commands:
 Exit codes:
   0  success, or nothing to do
   1  internal error (a bug in this tool)
-  2  usage error
+  2  usage error (also --version that is not a release number)
   3  jax not installed, or its version is not served by this release (or
      not a jax release at all)
   4  target files locally modified, a patch does not apply (conflict; for
-     check: some patch conflicts), or jax_fork/ would be overwritten;
-     nothing was changed
-  5  environment problem: git or the wheel package missing, site-packages
-     not writable, a wheel cannot be downloaded; nothing was changed
+     check: some patch conflicts), jax_fork/ would be overwritten, or a file
+     changed since an interrupted run; nothing was changed
+  5  environment problem: git or the wheel package missing, a target file
+     that cannot be replaced (immutable, read-only mount), site-packages or
+     the state directory read-only or full, the lock path not a file, a
+     wheel that cannot be downloaded or cached, a --python that reports no
+     usable environment; nothing was changed
   6  another run holds the lock
-  7  patch data problem: a patch file corrupted or edited, manifest missing
-     or out of date; nothing was changed
+  7  patch data problem: a patch file corrupted or edited, the manifest
+     missing, malformed, edited by hand or out of date, a path outside
+     site-packages/jax, or an unusable journal; nothing was changed
 
 Flags may be written with - or _ (--dry-run, --dry_run); -o DIR is
 --output_dir=DIR.
