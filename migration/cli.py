@@ -86,6 +86,7 @@ from migration import compat
 from migration import environment
 from migration import errors
 from migration import fork
+from migration import fsutil
 from migration import manifest as manifest_lib
 from migration import report
 from migration import state
@@ -207,6 +208,7 @@ def _parse_serve(values: list[str]) -> dict[str, list[str]]:
 
 
 def _status(patches_dir: str) -> tuple[int, str]:
+  fsutil.sweep_scratch()  # Of killed runs.
   manifest = manifest_lib.load(patches_dir)
   env = environment.detect(_PYTHON.value)
   status = state.classify(env, manifest)

@@ -738,8 +738,6 @@ def run(command: str, manifest: manifest_lib.Manifest,
     except OSError as e:
       raise errors.EnvironmentProblem(
           f'Cannot remove temporary files of an earlier run: {e}') from e
-    # After recovery, which may have to roll back past an obstacle.
-    check_writable(env, before.series.files)
     if interrupted is not None or not _unchanged(before):
       before = state.classify(env, manifest)  # Another run changed them.
     if interrupted is not None:
@@ -760,6 +758,8 @@ def run(command: str, manifest: manifest_lib.Manifest,
         msg = 'Settled an interrupted run. ' + msg
       return Result(command, interrupted is not None, msg, before, before,
                     (), interrupted is not None, sdir)
+    # After recovery, which may have to roll back past an obstacle.
+    check_writable(env, before.series.files)
     plan = make_plan(command, before, sdir, manifest.release, force,
                      wheel_dirs)
     _kill_point('staged')
