@@ -1,13 +1,13 @@
 """All-or-nothing apply and revert of a series in site-packages.
 
-A run classifies the target files once, then (unless ``--dry_run``) takes
+A run classifies the target files once (again under the lock only if another
+run changed them meanwhile), then (unless ``--dry_run``) takes
 the lock in the state directory, settles an interrupted run (below),
 removes what killed runs left behind, probes that every target file and its
 directories can be replaced (``chattr +i``, a read-only mount: exit 5), and
-plans: the start contents are staged in a scratch directory, the
-remaining patches applied (or reverse-applied) there with git apply,
-skipping those the release already contains, and every staged hash checked
-against the manifest. The pristine files are backed up; then the commit:
+computes one ``plan.Plan``: every new content staged with git apply and
+checked against the manifest before anything is written. The pristine
+files are backed up; then the commit:
 
 1. For every file that changes, two temporary files are written beside it
    (created exclusively, fsynced): its current and its new content.
@@ -39,14 +39,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import errno
 import glob
 import json
 import os
 import signal
 import stat
-import zipfile
 
 from absl import logging
 import filelock
@@ -57,9 +55,9 @@ from migration import fsutil
 from migration import gitapply
 from migration import journal as journal_lib
 from migration import manifest as manifest_lib
+from migration import plan as plan_lib
 from migration import record as record_lib
 from migration import state
-from migration import wheels
 
 STATE_DIR_ENV = record_lib.STATE_DIR_ENV
 # Testing only: exit abruptly after this many files were replaced.
@@ -112,52 +110,6 @@ class Result:
   skipped: tuple[str, ...] = ()
   dry_run: bool = False
   displaced: tuple[str, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-  """Everything a run writes, computed and verified before any write.
-
-  Attributes:
-    command: ``apply`` or ``revert``.
-    env: the target environment.
-    sdir: its state directory.
-    before: the status the plan starts from.
-    old: path -> current content of every target file (None: absent).
-    new: path -> verified new content.
-    skipped: patches skipped because the release already contains them.
-    displaced: apply: path -> sha256 of the locally modified files kept in
-      the state directory (for the record); revert: those it restores.
-    aside: apply --force: path -> the locally modified content to keep.
-    backup: pristine contents to keep in the state directory, or None.
-    record: the record to write afterwards (None: remove it).
-  """
-  command: str
-  env: environment.Environment
-  sdir: str
-  before: state.Status
-  old: dict[str, bytes | None]
-  new: dict[str, bytes | None]
-  skipped: tuple[str, ...]
-  displaced: dict[str, str]
-  aside: dict[str, bytes]
-  backup: dict[str, bytes | None] | None
-  record: dict | None
-
-  @property
-  def files(self) -> tuple[str, ...]:
-    """The files whose content changes."""
-    return tuple(p for p, data in self.new.items()
-                 if manifest_lib.sha256_bytes(data)
-                 != manifest_lib.sha256_bytes(self.old[p]))
-
-  @property
-  def goal(self) -> state.Overall:
-    if self.command == 'apply':
-      return state.Overall.PATCHED
-    if self.displaced:
-      return state.Overall.LOCALLY_MODIFIED
-    return state.Overall.PRISTINE
 
 
 def _kill_point(step: str) -> None:
@@ -245,14 +197,6 @@ def check_writable(env: environment.Environment, files) -> None:
           f'{env.site_packages} must be writable to patch jax in place. '
           'Nothing was changed. Use a virtualenv you own, or run with '
           'sufficient permissions.')
-
-
-def _read(path: str) -> bytes | None:
-  try:
-    with open(path, 'rb') as f:
-      return f.read()
-  except FileNotFoundError:
-    return None
 
 
 def clear_pycache(env: environment.Environment, files) -> None:
@@ -351,176 +295,7 @@ def _locked(sdir: str, timeout: float):
     lock.release()
 
 
-def _pristine_contents(env: environment.Environment,
-                       series: manifest_lib.Series, sdir: str,
-                       wheel_dirs: tuple[str, ...]) -> dict[str, bytes | None]:
-  """The released contents of the target files: from the backup or wheel."""
-  expected = series.hashes[env.jax_version]
-  backup = record_lib.backup_dir(sdir, env.jax_version)
-  out: dict[str, bytes | None] = {}
-  missing = []
-  for path, states in expected.items():
-    data = _read(os.path.join(backup, *path.split('/')))
-    if states[0] is None:
-      out[path] = None
-    elif manifest_lib.sha256_bytes(data) == states[0]:
-      out[path] = data
-    else:
-      missing.append(path)
-  if missing:
-    wheel = wheels.pristine_wheel(env.jax_version, wheel_dirs)
-    try:
-      with zipfile.ZipFile(wheel) as zf:
-        for path in missing:
-          out[path] = zf.read(path)
-    except (OSError, KeyError, zipfile.BadZipFile) as e:
-      raise errors.EnvironmentProblem(f'Cannot read {wheel}: {e}') from e
-    for path in missing:
-      if manifest_lib.sha256_bytes(out[path]) != expected[path][0]:
-        raise errors.PatchDataError(
-            f'{wheel}: {path} does not have the released sha256.')
-  return out
-
-
-def _stage(env: environment.Environment, status: state.Status,
-           command: str, start: dict[str, bytes | None],
-           goal_override: dict[str, bytes | None]
-           ) -> tuple[dict[str, bytes | None], tuple[str, ...]]:
-  """Returns the verified new contents of every target file.
-
-  Args:
-    env: the environment.
-    status: its status (``applied`` is where ``start`` is in the series).
-    command: ``apply`` or ``revert``.
-    start: the contents to start from.
-    goal_override: files whose result is set outright (revert of files that
-      ``apply --force`` set aside).
-
-  Returns:
-    The new contents, and the names of the patches skipped as upstream.
-
-  Raises:
-    ConflictError: a patch does not apply.
-    PatchDataError: a staged hash differs from the manifest.
-  """
-  series = status.series
-  k = status.applied or 0
-  expected = series.hashes[env.jax_version]
-  upstream = set(series.upstream.get(env.jax_version, ()))
-  goal = status.total if command == 'apply' else 0
-  if command == 'apply':
-    todo = [(p, False) for p in series.patches[k:]]
-  else:
-    todo = [(p, True) for p in reversed(series.patches[:k])]
-  skipped = tuple(p.name for p, _ in todo if p.name in upstream)
-  with fsutil.scratch('stage') as stage:
-    for path, data in start.items():
-      if data is not None:
-        fsutil.makedirs(stage, path.split('/')[:-1])
-        with open(os.path.join(stage, *path.split('/')), 'wb') as f:
-          f.write(data)
-    for patch, reverse in todo:
-      if patch.name in upstream:
-        logging.info('Skipping %s: already upstream', patch.name)
-        continue
-      logging.info('%s %s', 'Reverting' if reverse else 'Applying', patch.name)
-      gitapply.apply(patch.path, stage, reverse=reverse)
-    new: dict[str, bytes | None] = {}
-    for path, states in expected.items():
-      data = _read(os.path.join(stage, *path.split('/')))
-      if manifest_lib.sha256_bytes(data) != states[goal]:
-        raise errors.PatchDataError(
-            f'After {command}, {path} has sha256 '
-            f'{manifest_lib.sha256_bytes(data)} but the manifest expects '
-            f'{states[goal]}; the patches and manifest disagree. Nothing '
-            'was changed.')
-      new[path] = goal_override.get(path, data)
-  return new, skipped
-
-
-def _restore_displaced(env: environment.Environment, sdir: str,
-                       rec: dict | None) -> dict[str, bytes]:
-  """The files that ``apply --force`` set aside, to restore on revert."""
-  if not rec or rec.get('dist_version') != env.dist_version:
-    return {}
-  root = record_lib.displaced_dir(sdir, env.jax_version)
-  out = {}
-  for path, sha in dict(rec.get('displaced') or {}).items():
-    fsutil.check_relpath(path, os.path.join(sdir, record_lib.RECORD))
-    data = _read(os.path.join(root, *path.split('/')))
-    if manifest_lib.sha256_bytes(data) != sha:
-      raise errors.ModifiedError(
-          f'The locally modified {path} that apply --force kept in {root} '
-          'is missing or changed; cannot restore it. Nothing was changed.')
-    out[path] = data
-  return out
-
-
-def _record(env: environment.Environment, series: manifest_lib.Series,
-            release: int, skipped: tuple[str, ...],
-            displaced: dict[str, str]) -> dict:
-  return {
-      'series': series.name,
-      'release': release,
-      'jax_version': env.jax_version,
-      'dist_version': env.dist_version,
-      'patches': [p.name for p in series.patches],
-      'skipped_upstream': list(skipped),
-      'displaced': displaced,
-      'time': datetime.datetime.now(datetime.timezone.utc).isoformat(
-          timespec='seconds'),
-  }
-
-
-def make_plan(command: str, before: state.Status, sdir: str, release: int,
-              force: bool, wheel_dirs: tuple[str, ...]) -> Plan:
-  """Computes and verifies everything ``command`` writes; writes nothing.
-
-  Raises:
-    ModifiedError: files locally modified or mixed (without ``force``).
-    ConflictError, PatchDataError: the patches do not give the manifest's
-      hashes.
-    EnvironmentProblem: the released wheel is needed and cannot be had.
-  """
-  env = before.env
-  rec = record_lib.load(sdir)
-  old = {f.path: _read(env.path(f.path)) for f in before.files}
-  modified = before.overall in (state.Overall.LOCALLY_MODIFIED,
-                                state.Overall.MIXED)
-  if modified and not force:
-    raise errors.ModifiedError(
-        f'{before.message} Refusing to {command}; nothing was changed. '
-        + ('Use apply --force to set the modified files aside (revert '
-           'restores them), or reinstall jax: ' if command == 'apply' else
-           'To start over, reinstall jax: ')
-        + f'pip install --force-reinstall --no-deps jax=={env.jax_version}')
-  aside: dict[str, bytes] = {}
-  restore: dict[str, bytes | None] = {}
-  backup = None
-  start, status = old, before
-  if modified:
-    backup = start = _pristine_contents(env, before.series, sdir, wheel_dirs)
-    status = dataclasses.replace(before, applied=0)
-    aside = {f.path: old[f.path] for f in before.files
-             if not f.applied and f.sha256 is not None}
-  elif command == 'apply' and before.overall == state.Overall.PRISTINE:
-    backup = old
-  elif command == 'revert':
-    restore = _restore_displaced(env, sdir, rec)
-  new, skipped = _stage(env, status, command, start, restore)
-  displaced = {p: manifest_lib.sha256_bytes(data) or ''
-               for p, data in (aside or restore).items()}
-  new_rec = None
-  if command == 'apply':
-    if not aside and rec and rec.get('dist_version') == env.dist_version:
-      displaced = dict(rec.get('displaced') or {})
-    new_rec = _record(env, before.series, release, skipped,
-                      displaced)
-  return Plan(command, env, sdir, before, old, new, skipped, displaced,
-              aside, backup, new_rec)
-
-
-def _keep(plan: Plan) -> None:
+def _keep(plan: plan_lib.Plan) -> None:
   """Backs up the pristine files and sets the modified ones aside."""
   version = plan.env.jax_version
   for path, data in (plan.backup or {}).items():
@@ -533,7 +308,7 @@ def _keep(plan: Plan) -> None:
     fsutil.write_atomic(plan.sdir, f'backup/{version}/displaced/{path}', data)
 
 
-def _write_temps(plan: Plan) -> journal_lib.Journal:
+def _write_temps(plan: plan_lib.Plan) -> journal_lib.Journal:
   """Step 1 and 2 of the commit: the temporary files and the journal.
 
   Raises:
@@ -570,7 +345,7 @@ def _write_temps(plan: Plan) -> journal_lib.Journal:
   return journal
 
 
-def _roll_back(plan: Plan, journal: journal_lib.Journal,
+def _roll_back(plan: plan_lib.Plan, journal: journal_lib.Journal,
                error: OSError) -> errors.MigrationError:
   """Puts back every replaced file after ``error``; returns the error."""
   journal = dataclasses.replace(journal, phase='rollback')
@@ -591,7 +366,7 @@ def _roll_back(plan: Plan, journal: journal_lib.Journal,
       'nothing was changed.')
 
 
-def _commit(plan: Plan) -> None:
+def _commit(plan: plan_lib.Plan) -> None:
   """Replaces the files in site-packages, all or nothing (module doc).
 
   Raises:
@@ -619,7 +394,7 @@ def _commit(plan: Plan) -> None:
     os.remove(journal_lib.path(plan.sdir))
 
 
-def _dry_run(plan: Plan, journal_pending: bool) -> Result:
+def _dry_run(plan: plan_lib.Plan, journal_pending: bool) -> Result:
   goal = 'patched' if plan.command == 'apply' else 'pristine'
   msg = (f'Dry run: {plan.command} would replace {len(plan.files)} file(s) '
          f'and leave jax {plan.env.jax_version} {goal}; nothing was changed.')
@@ -630,7 +405,7 @@ def _dry_run(plan: Plan, journal_pending: bool) -> Result:
                 dry_run=True, displaced=tuple(plan.displaced))
 
 
-def _execute(plan: Plan, manifest: manifest_lib.Manifest,
+def _execute(plan: plan_lib.Plan, manifest: manifest_lib.Manifest,
              recovered: bool) -> Result:
   """Writes the plan: backup, then the commit; checks the outcome."""
   try:
@@ -726,7 +501,7 @@ def run(command: str, manifest: manifest_lib.Manifest,
                   dry_run=dry_run)
   gitapply.git_executable()
   if dry_run:
-    return _dry_run(make_plan(command, before, sdir, manifest.release, force,
+    return _dry_run(plan_lib.make(command, before, sdir, manifest.release, force,
                               wheel_dirs), journal_pending)
   _make_state_dir(sdir)
   with _locked(sdir, lock_timeout):
@@ -760,7 +535,7 @@ def run(command: str, manifest: manifest_lib.Manifest,
                     (), interrupted is not None, sdir)
     # After recovery, which may have to roll back past an obstacle.
     check_writable(env, before.series.files)
-    plan = make_plan(command, before, sdir, manifest.release, force,
+    plan = plan_lib.make(command, before, sdir, manifest.release, force,
                      wheel_dirs)
     _kill_point('staged')
     return _execute(plan, manifest, interrupted is not None)
