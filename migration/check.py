@@ -9,12 +9,12 @@ is a conflict. There is no fuzz.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import os
 import re
 import tempfile
 from typing import Callable, Protocol, Sequence
 
+from migration import enums
 from migration import errors
 from migration import gitapply
 from migration import hunks as hunks_lib
@@ -25,7 +25,7 @@ _OFFSET_RE = re.compile(r'^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) '
 _FAILED_RE = re.compile(r'^error: patch failed: (.+):(\d+)$', re.MULTILINE)
 
 
-class Fit(enum.StrEnum):
+class Fit(enums.StrEnum):
   """How one patch fits a tree."""
   EXACT = 'applies'
   OFFSETS = 'applies with offsets'

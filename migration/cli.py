@@ -65,19 +65,24 @@ Commands:
 Exit codes:
   0  success, or nothing to do
   1  internal error (a bug in this tool)
-  2  usage error
+  2  usage error (also --version that is not a release number)
   3  jax not installed, or its version is not served by this release (or
      not a jax release at all)
   4  target files locally modified, a patch does not apply (conflict; for
      check: some patch conflicts; for carry and port: a hunk does not
-     merge), or jax_fork/ would be overwritten; nothing was changed
-     (carry keeps the fix on the branches before the conflicting one)
-  5  environment problem: git or the wheel package missing, site-packages
-     not writable, a wheel cannot be downloaded; nothing was changed
+     merge), jax_fork/ would be overwritten, or a file changed since an
+     interrupted run; nothing was changed (carry keeps the fix on the
+     branches before the conflicting one)
+  5  environment problem: git or the wheel package missing, a target file
+     that cannot be replaced (immutable, read-only mount), site-packages or
+     the state directory read-only or full, the lock path not a file, a
+     wheel that cannot be downloaded or cached, a --python that reports no
+     usable environment; nothing was changed
   6  another run holds the lock
-  7  patch data problem: a patch file corrupted or edited, manifest missing
-     or out of date, or (drift) new drift between series; nothing was
-     changed
+  7  patch data problem: a patch file corrupted or edited, the manifest
+     missing, malformed, edited by hand or out of date, a path outside
+     site-packages/jax, an unusable journal, or (drift) new drift between
+     series; nothing was changed
 
 Flags may be written with - or _ (--dry-run, --dry_run); -o DIR is
 --output_dir=DIR.
@@ -105,6 +110,7 @@ from migration import environment
 from migration import drift
 from migration import errors
 from migration import fork
+from migration import fsutil
 from migration import manifest as manifest_lib
 from migration import port
 from migration import report
@@ -112,6 +118,7 @@ from migration import state
 from migration import transaction
 from migration import upstream
 from migration import wheelbuild
+from migration import wheels
 
 COMMANDS = ('status', 'check', 'apply', 'revert', 'wheel', 'fork', 'refresh',
             'carry', 'port', 'drift', 'manifest', 'export-upstream')
@@ -267,6 +274,7 @@ def _parse_serve(values: list[str]) -> dict[str, list[str]]:
 
 
 def _status(patches_dir: str) -> tuple[int, str]:
+  fsutil.sweep_scratch()  # Of killed runs.
   manifest = manifest_lib.load(patches_dir)
   env = environment.detect(_PYTHON.value)
   status = state.classify(env, manifest)
@@ -285,7 +293,9 @@ def _status(patches_dir: str) -> tuple[int, str]:
 
 
 def _versions(value: list[str]) -> list[str]:
-  return [v for item in value for v in item.split(',') if v]
+  """The --version values; raises UsageError for one that is no version."""
+  return [wheels.check_version_number(v)
+          for item in value for v in item.split(',') if v]
 
 
 def _installed_version() -> str:

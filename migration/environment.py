@@ -13,8 +13,10 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 from migration import errors
+from migration import fsutil
 from migration import targetenv
 
 # The PEP 440 local version label of the wheels this project builds.
@@ -76,9 +78,25 @@ class Environment:
     return split_label(self.dist_version)[1]
 
   def path(self, relpath: str) -> str:
-    """Returns the absolute path of ``relpath`` inside site-packages."""
+    """Returns the absolute path of ``relpath`` inside site-packages.
+
+    Args:
+      relpath: a ``/``-separated path under ``jax/`` (from the manifest or
+        the journal).
+
+    Raises:
+      PatchDataError: ``relpath``, links resolved, is not inside
+        site-packages/jax.
+    """
     assert self.site_packages is not None
-    return os.path.join(self.site_packages, *relpath.split('/'))
+    fsutil.check_relpath(relpath, 'The patch data')
+    out = os.path.join(self.site_packages, *relpath.split('/'))
+    if not fsutil.inside(os.path.dirname(out),
+                         os.path.join(self.site_packages, 'jax')):
+      raise errors.PatchDataError(
+          f'{relpath} resolves to {os.path.realpath(out)}, outside '
+          f'{self.site_packages}/jax (a link?); nothing was changed.')
+    return out
 
   def warnings(self) -> list[str]:
     """Returns human-readable warnings about the environment."""
@@ -88,6 +106,42 @@ class Environment:
       out.append(f'jaxlib {self.jaxlib_version or "(not installed)"} does '
                  f'not match jax {self.jax_version}; jax will not import.')
     return out
+
+
+def _check_report(data: object, source: str) -> dict:
+  """Checks the shape of a ``targetenv.probe()`` report.
+
+  Raises:
+    EnvironmentProblem: a field is missing or of the wrong type, or jax is
+      reported without a site-packages holding a jax ``.dist-info``.
+  """
+  def bad(why: str) -> errors.EnvironmentProblem:
+    return errors.EnvironmentProblem(
+        f'{source} reported an unusable environment ({why}); nothing was '
+        'changed.')
+
+  if not isinstance(data, dict):
+    raise bad('not a JSON object')
+  for key in ('python', 'executable', 'purelib'):
+    if not isinstance(data.get(key), str):
+      raise bad(f'{key!r} missing')
+  for key in ('jax', 'jaxlib', 'site_packages'):
+    if data.get(key) is not None and not isinstance(data[key], str):
+      raise bad(f'{key!r} is not a string')
+  record = data.get('record')
+  if not isinstance(record, dict) or not all(
+      isinstance(k, str) and isinstance(v, str) for k, v in record.items()):
+    raise bad("'record' missing")
+  if data.get('jax') is not None:
+    if not re.fullmatch(r'[0-9A-Za-z.+!_-]+', data['jax']):
+      raise bad(f'jax version {data["jax"]!r}')
+    site = data.get('site_packages')
+    if not site or not os.path.isabs(site) or not os.path.isdir(site):
+      raise bad(f'site-packages {site!r} is not a directory')
+    if not any(n.lower().startswith('jax-') and n.endswith('.dist-info')
+               for n in os.listdir(site)):
+      raise bad(f'{site} has no jax-*.dist-info')
+  return data
 
 
 def _from_probe(data: dict) -> Environment:
@@ -123,10 +177,11 @@ def _probe_subprocess(python: str) -> dict:
         f'{python} failed to report its environment (importlib.metadata '
         f'and sysconfig are needed; Python >= 3.9):\n{proc.stderr.strip()}')
   try:
-    return json.loads(proc.stdout)
+    data = json.loads(proc.stdout)
   except ValueError as e:
     raise errors.EnvironmentProblem(
         f'{python} printed no environment report: {proc.stdout!r}') from e
+  return _check_report(data, python)
 
 
 def detect(python: str | None = None) -> Environment:
@@ -144,5 +199,5 @@ def detect(python: str | None = None) -> Environment:
     EnvironmentProblem: ``python`` cannot report its environment.
   """
   if python is None:
-    return _from_probe(targetenv.probe())
+    return _from_probe(_check_report(targetenv.probe(), sys.executable))
   return _from_probe(_probe_subprocess(python))

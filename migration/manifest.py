@@ -25,6 +25,7 @@ import tempfile
 
 from migration import check
 from migration import errors
+from migration import fsutil
 from migration import gitapply
 from migration import wheels
 
@@ -237,6 +238,33 @@ def _read_patch(directory: str, name: str) -> Patch:
                dep3=dep3)
 
 
+def checksum(raw: dict) -> str:
+  """The sha256 of a manifest's content, its own ``checksum`` left out.
+
+  ``generate`` stores it; ``load`` checks it, so that a manifest edited by
+  hand or damaged (e.g. a wrong pristine hash) is refused.
+  """
+  body = {k: v for k, v in raw.items() if k != 'checksum'}
+  return hashlib.sha256(json.dumps(body, sort_keys=True,
+                                   separators=(',', ':')).encode()).hexdigest()
+
+
+def _check_name(name: object, what: str) -> str:
+  """Checks that a series or patch name is one plain file name."""
+  if (not isinstance(name, str) or name in ('', '.', '..') or '/' in name
+      or '\\' in name or '\0' in name):
+    raise errors.PatchDataError(f'{what}: bad name {name!r}.')
+  return name
+
+
+def _check_hashes(hashes: object, n: int, what: str) -> tuple:
+  if not isinstance(hashes, tuple) or len(hashes) != n + 1 or not all(
+      h is None or (isinstance(h, str) and re.fullmatch(r'[0-9a-f]{64}', h))
+      for h in hashes):
+    raise errors.PatchDataError(f'{what}: malformed hashes.')
+  return hashes
+
+
 def load(patches_dir: str) -> Manifest:
   """Loads the manifest and checks it against the patch files on disk.
 
@@ -247,8 +275,10 @@ def load(patches_dir: str) -> Manifest:
     The manifest.
 
   Raises:
-    PatchDataError: the manifest is missing, malformed, or out of date with
-      the series or patch files (e.g. a corrupted or edited patch).
+    PatchDataError: the manifest is missing, malformed (a missing key, a
+      value of the wrong type, a path outside ``jax/``), edited since it was
+      generated (its checksum), or out of date with the series or patch
+      files (e.g. a corrupted or edited patch).
   """
   path = os.path.join(patches_dir, MANIFEST)
   regenerate = 'run `python -m migration manifest` if the change is intended'
@@ -257,14 +287,30 @@ def load(patches_dir: str) -> Manifest:
       raw = json.load(f)
   except (OSError, ValueError) as e:
     raise errors.PatchDataError(f'Cannot read {path}: {e}') from e
-  if raw.get('format') != FORMAT:
+  if not isinstance(raw, dict) or raw.get('format') != FORMAT:
     raise errors.PatchDataError(
-        f'{path}: unsupported manifest format {raw.get("format")!r}.')
+        f'{path}: unsupported manifest format '
+        f'{raw.get("format") if isinstance(raw, dict) else raw!r}.')
+  if raw.get('checksum') != checksum(raw):
+    raise errors.PatchDataError(
+        f'{path} does not match its checksum (edited by hand or damaged); '
+        f'{regenerate}.')
+  try:
+    return _parse(raw, patches_dir, path, regenerate)
+  except (KeyError, TypeError, ValueError, AttributeError) as e:
+    raise errors.PatchDataError(
+        f'{path} is malformed ({type(e).__name__}: {e}); {regenerate}.'
+    ) from e
+
+
+def _parse(raw: dict, patches_dir: str, path: str,
+           regenerate: str) -> Manifest:
+  """Builds the manifest from its JSON, checking every field."""
   series = {}
   for sname, sraw in raw['series'].items():
-    directory = os.path.join(patches_dir, sname)
+    directory = os.path.join(patches_dir, _check_name(sname, path))
     names = read_series_file(directory)
-    listed = [p['name'] for p in sraw['patches']]
+    listed = [_check_name(p['name'], path) for p in sraw['patches']]
     if names != listed:
       raise errors.PatchDataError(
           f'{sname}/series lists {names} but the manifest lists {listed}; '
@@ -280,18 +326,25 @@ def load(patches_dir: str) -> Manifest:
             f'since the manifest was generated); {regenerate}.')
       patches.append(Patch(
           name=praw['name'], path=ppath, sha256=praw['sha256'],
-          files=tuple(praw['files']), subject=praw.get('subject', ''),
+          files=tuple(fsutil.check_relpath(f, path) for f in praw['files']),
+          subject=str(praw.get('subject', '')),
           dep3=dict(praw.get('dep3', {}))))
     hashes = {}
     for version, vraw in sraw['versions'].items():
+      _check_name(version, path)
       hashes[version] = {
-          f: (h['pristine'], *h['after_patch'])
+          fsutil.check_relpath(f, path): _check_hashes(
+              (h['pristine'], *h['after_patch']), len(patches),
+              f'{path}: {version} {f}')
           for f, h in vraw['files'].items()}
-    upstream = {v: tuple(vraw.get('upstream', ()))
+    upstream = {v: tuple(_check_name(n, path) for n in vraw.get('upstream', ()))
                 for v, vraw in sraw['versions'].items()}
     series[sname] = Series(sname, directory, tuple(patches), hashes,
                            upstream)
-  return Manifest(int(raw['release']), patches_dir, series)
+  release = raw['release']
+  if not isinstance(release, int) or isinstance(release, bool):
+    raise ValueError(f'release {release!r} is not a number')
+  return Manifest(release, patches_dir, series)
 
 
 def _hash_states(patches: list[Patch], wheel: str, files: list[str]
@@ -393,9 +446,7 @@ def generate(patches_dir: str, serve: dict[str, list[str]] | None = None,
   if serve:
     raise errors.PatchDataError(
         f'--serve names unknown series: {", ".join(sorted(serve))}.')
-  tmp = path + '.tmp'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    json.dump(out, f, indent=2, sort_keys=True)
-    f.write('\n')
-  os.replace(tmp, path)
+  out['checksum'] = checksum(out)
+  fsutil.write_atomic(patches_dir, MANIFEST, (
+      json.dumps(out, indent=2, sort_keys=True) + '\n').encode())
   return out

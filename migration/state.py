@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
 import os
 import shutil
-import tempfile
 
 from migration import environment
+from migration import enums
+from migration import fsutil
 from migration import gitapply
 from migration import manifest as manifest_lib
 from migration import record as record_lib
 
 
-class PatchState(enum.StrEnum):
+class PatchState(enums.StrEnum):
   """State of one patch of the series in the installed files."""
   APPLIED = 'applied'
   NOT_APPLIED = 'not applied'
@@ -23,7 +23,7 @@ class PatchState(enum.StrEnum):
   UNKNOWN = 'unknown'
 
 
-class Overall(enum.StrEnum):
+class Overall(enums.StrEnum):
   """State of the whole installation."""
   NOT_INSTALLED = 'not installed'
   UNSUPPORTED = 'unsupported'
@@ -121,7 +121,7 @@ def _patch_states(env: environment.Environment, series: manifest_lib.Series,
     return tuple(out)
   patches = [p for p in series.patches if p.name not in upstream]
   found: dict[str, PatchState] = {}
-  with tempfile.TemporaryDirectory(prefix='jax-interpret-status-') as tmp:
+  with fsutil.scratch('status') as tmp:
     for f in series.files:
       if os.path.exists(env.path(f)):
         dest = os.path.join(tmp, *f.split('/'))

@@ -1,55 +1,84 @@
 """All-or-nothing apply and revert of a series in site-packages.
 
-Steps: classify the files; lock; recover an interrupted run from its
-journal; copy the target files to a staging directory; apply (or
-reverse-apply) the remaining patches there with git apply, skipping those
-the release already contains; verify every staged hash against the
-manifest; write same-directory temp files; journal; ``os.replace`` each
-file; clear stale ``__pycache__``; write the record; drop the journal.
+A run classifies the target files once (again under the lock only if another
+run changed them meanwhile), then (unless ``--dry_run``) takes
+the lock in the state directory, settles an interrupted run (below),
+removes what killed runs left behind, probes that every target file and its
+directories can be replaced (``chattr +i``, a read-only mount: exit 5), and
+computes one ``plan.Plan``: every new content staged with git apply and
+checked against the manifest before anything is written. The pristine
+files are backed up; then the commit:
 
-A run killed before the journal reaches its commit phase left site-packages
-untouched (temp files are removed on the next run); one killed during the
-commit phase is rolled forward on the next run, since every temp file was
-complete and verified before the first replace. Either way the next apply
-or revert leaves jax pristine or fully patched.
+1. For every file that changes, two temporary files are written beside it
+   (created exclusively, fsynced): its current and its new content.
+2. The journal (``journal.py``) is written: phase ``commit``.
+3. Each file is replaced (``os.replace``); stale ``__pycache__`` entries
+   are removed; the record is written.
+4. The temporary files and the journal are removed.
+
+Recovery rules:
+
+* An error (a file that cannot be replaced, a full disk, ...) before step 2
+  removes the temporary files; after it, every replaced file is put back
+  from its temporary copy. Either way the run exits 5 with nothing changed.
+* A run killed before step 2 changed nothing in site-packages; its
+  temporary files (and probe files) start with ``fsutil.TMP_PREFIX`` and
+  are removed by the next run, under the lock.
+* A run killed after step 2 is settled by the next run from the journal:
+  rolled forward when every new content is at hand, else rolled back; a
+  replace that fails turns it around (``journal.settle``). If the next run
+  is the same command and it rolled forward, there is nothing more to do.
+* Scratch directories in ``$TMPDIR`` carry the process id and are removed
+  by a later run once that process is gone (``fsutil.sweep_scratch``).
+
+Every path comes from the manifest or the journal and must resolve inside
+site-packages/jax (``Environment.path``), else the run exits 7.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import datetime
+import errno
 import glob
 import json
 import os
-import shutil
 import signal
-import tempfile
-import zipfile
+import stat
 
 from absl import logging
 import filelock
 
 from migration import environment
 from migration import errors
+from migration import fsutil
 from migration import gitapply
+from migration import journal as journal_lib
 from migration import manifest as manifest_lib
+from migration import plan as plan_lib
 from migration import record as record_lib
 from migration import state
-from migration import wheels
 
 STATE_DIR_ENV = record_lib.STATE_DIR_ENV
 # Testing only: exit abruptly after this many files were replaced.
 CRASH_ENV = 'JAX_INTERPRET_PATCHES_TEST_CRASH_AFTER'
 # Testing only: SIGKILL the run itself when it reaches this step.
 KILL_ENV = 'JAX_INTERPRET_PATCHES_TEST_KILL_AT'
-# The steps KILL_ENV can name, in the order a run reaches them.
-STEPS = ('locked', 'recovered', 'staged', 'backed-up', 'journal-staging',
-         'temp-written', 'journal-commit', 'replaced-one', 'replaced-all',
-         'pycache-cleared', 'record-written')
-JOURNAL = 'journal.json'
-TMP_SUFFIX = '.jax-interpret-patches.tmp'
+JOURNAL = journal_lib.JOURNAL
 
 state_dir = record_lib.state_dir
+
+
+def steps(n_files: int) -> tuple[str, ...]:
+  """The steps ``KILL_ENV`` can name, in the order a run reaches them.
+
+  Args:
+    n_files: how many files the run replaces (``replaced-1`` ...).
+  """
+  return ('probed', 'locked', 'recovered', 'probed-target', 'staged',
+          'backed-up', 'temp-written', 'journal-commit',
+          *(f'replaced-{i}' for i in range(1, n_files + 1)),
+          'replaced-all', 'pycache-cleared', 'record-written')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,79 +116,90 @@ def _kill_point(step: str) -> None:
   """Testing only: SIGKILLs this process at ``step`` if asked to."""
   if os.environ.get(KILL_ENV) == step:
     os.kill(os.getpid(), signal.SIGKILL)
+  crash_after = os.environ.get(CRASH_ENV)
+  if crash_after is not None and step == f'replaced-{crash_after}':
+    os._exit(86)  # pylint: disable=protected-access
 
 
-def _probe_writable(directory: str) -> str | None:
-  """Returns why ``directory`` is not writable, or None if it is."""
+# errno values that mean a file can never be replaced by this run.
+_UNREPLACEABLE = (errno.EPERM, errno.EROFS, errno.ETXTBSY, errno.EBUSY)
+
+
+def _probe_file(path: str) -> str | None:
+  """Returns why file ``path`` cannot be replaced, or None.
+
+  Opening for writing (without truncating) changes nothing; it fails for an
+  immutable or append-only file and on a read-only mount.
+  """
   try:
-    fd, probe = tempfile.mkstemp(prefix='.probe-', dir=directory)
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+  except FileNotFoundError:
+    return None
   except OSError as e:
-    return e.strerror or str(e)
+    if e.errno in _UNREPLACEABLE or e.errno == errno.ELOOP:
+      return e.strerror or str(e)
+    return None  # E.g. mode 0444 in a writable directory: replaceable.
   os.close(fd)
-  os.remove(probe)
   return None
 
 
-def check_writable(env: environment.Environment, files: list[str],
-                   sdir: str) -> None:
-  """Checks that every directory this run writes to is writable.
+def _probe_dir(directory: str, step: str = 'probed') -> str | None:
+  """Returns why ``directory`` is not writable, or None if it is."""
+  try:
+    path = fsutil.write_temp(directory, b'')
+  except OSError as e:
+    return e.strerror or str(e)
+  _kill_point(step)
+  fsutil.remove(path)  # A run holding the lock may have swept it.
+  return None
+
+
+def _make_state_dir(sdir: str) -> None:
+  """Creates the state directory and checks that it is writable.
 
   Raises:
-    EnvironmentProblem: a directory is read-only (names it).
+    EnvironmentProblem: it cannot be created or written.
   """
-  dirs = []
-  for f in files:
-    d = os.path.dirname(env.path(f))
-    dirs.append(d)
-    if os.path.isdir(os.path.join(d, '__pycache__')):
-      dirs.append(os.path.join(d, '__pycache__'))
   try:
     os.makedirs(sdir, exist_ok=True)
   except OSError as e:
     raise errors.EnvironmentProblem(
-        f'Cannot create the state directory {sdir}: {e}') from e
-  for d in dict.fromkeys([*dirs, sdir]):
-    why = _probe_writable(d)
+        f'Cannot create the state directory {sdir}: {e}. Nothing was '
+        'changed.') from e
+  why = _probe_dir(sdir)
+  if why:
+    raise errors.EnvironmentProblem(
+        f'The state directory {sdir} is not writable ({why}). Nothing was '
+        'changed.')
+
+
+def check_writable(env: environment.Environment, files) -> None:
+  """Checks that every target file and its directories can be written.
+
+  Raises:
+    EnvironmentProblem: a file cannot be replaced or a directory is
+      read-only (names it).
+    PatchDataError: a file is not inside site-packages/jax.
+  """
+  paths = [env.path(f) for f in files]
+  checks = [(p, _probe_file) for p in paths]
+  for p in paths:
+    d = os.path.dirname(p)
+    checks.append((d, _probe_dir))
+    if os.path.isdir(os.path.join(d, '__pycache__')):
+      checks.append((os.path.join(d, '__pycache__'), _probe_dir))
+  for path, probe in dict.fromkeys(checks):
+    why = (probe(path, 'probed-target') if probe is _probe_dir
+           else probe(path))
     if why:
       raise errors.EnvironmentProblem(
-          f'{d} is not writable ({why}); site-packages {env.site_packages} '
-          'must be writable to patch jax in place. Nothing was changed. '
-          'Use a virtualenv you own, or run with sufficient permissions.')
+          f'{path} is not writable ({why}); site-packages '
+          f'{env.site_packages} must be writable to patch jax in place. '
+          'Nothing was changed. Use a virtualenv you own, or run with '
+          'sufficient permissions.')
 
 
-def _fsync_dir(directory: str) -> None:
-  fd = os.open(directory, os.O_RDONLY)
-  try:
-    os.fsync(fd)
-  finally:
-    os.close(fd)
-
-
-def _write_bytes(path: str, data: bytes) -> None:
-  """Writes ``path`` atomically (temp file, fsync, rename)."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = path + '.tmp'
-  with open(tmp, 'wb') as f:
-    f.write(data)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
-  _fsync_dir(os.path.dirname(path))
-
-
-def _write_json(path: str, data: dict) -> None:
-  _write_bytes(path, json.dumps(data, indent=2).encode())
-
-
-def _read(path: str) -> bytes | None:
-  try:
-    with open(path, 'rb') as f:
-      return f.read()
-  except FileNotFoundError:
-    return None
-
-
-def clear_pycache(env: environment.Environment, files: list[str]) -> None:
+def clear_pycache(env: environment.Environment, files) -> None:
   """Removes the cached bytecode of the given modules."""
   for f in files:
     d, name = os.path.split(env.path(f))
@@ -167,257 +207,237 @@ def clear_pycache(env: environment.Environment, files: list[str]) -> None:
     for pyc in glob.glob(os.path.join(glob.escape(d), '__pycache__',
                                       glob.escape(stem) + '.*.pyc')):
       logging.info('Removing %s', pyc)
-      os.remove(pyc)
+      fsutil.remove(pyc)
 
 
 def _write_record(sdir: str, rec: dict | None) -> None:
-  path = os.path.join(sdir, record_lib.RECORD)
   if rec is None:
-    if os.path.exists(path):
-      os.remove(path)
+    fsutil.remove(os.path.join(sdir, record_lib.RECORD))
   else:
-    _write_json(path, rec)
+    fsutil.write_atomic(sdir, record_lib.RECORD,
+                        json.dumps(rec, indent=2).encode())
 
 
-def recover(env: environment.Environment, sdir: str) -> bool:
-  """Finishes or undoes a run that was killed; call under the lock.
+def _sweep_dirs(env: environment.Environment, files, sdir: str) -> list[str]:
+  """The directories that hold the tool's temporary files."""
+  dirs = []
+  for f in files:
+    d = os.path.dirname(env.path(f))
+    dirs += [d, os.path.join(d, '__pycache__')]
+  dirs.append(sdir)
+  for root, _, _ in os.walk(os.path.join(sdir, 'backup')):
+    dirs.append(root)
+  return dirs
+
+
+def recover(env: environment.Environment,
+            sdir: str) -> journal_lib.Journal | None:
+  """Settles a run that was killed; call under the lock.
 
   Returns:
-    Whether there was an interrupted run.
+    The interrupted run's journal (None if there was none), with ``phase``
+    set to ``commit`` if it was rolled forward, ``rollback`` if back.
 
   Raises:
+    PatchDataError: the journal is unusable.
     ModifiedError: the files changed since the interrupted run.
+    EnvironmentProblem: a file cannot be replaced either way.
   """
-  path = os.path.join(sdir, JOURNAL)
-  if not os.path.exists(path):
-    return False
-  with open(path, encoding='utf-8') as f:
-    journal = json.load(f)
-  entries = journal['files']
-  if journal['phase'] == 'staging':
-    logging.warning('Undoing an interrupted run (no file had been replaced).')
-    for e in entries:
-      if os.path.exists(e['tmp']):
-        os.remove(e['tmp'])
-  else:
-    logging.warning('Completing an interrupted %s.', journal['command'])
-    for e in entries:
-      target = env.path(e['path'])
-      if manifest_lib.sha256_path(target) == e['sha256']:
-        continue
-      if e['sha256'] is None:
-        os.remove(target)
-      elif manifest_lib.sha256_path(e['tmp']) == e['sha256']:
-        os.replace(e['tmp'], target)
-      else:
-        raise errors.ModifiedError(
-            f'Cannot recover the interrupted run recorded in {path}: '
-            f'{e["path"]} changed since. Reinstall jax '
-            f'(pip install --force-reinstall --no-deps jax=={env.jax_version})'
-            f' and delete {path}.')
-    clear_pycache(env, [e['path'] for e in entries])
-    if 'record' in journal:
-      _write_record(sdir, journal['record'])
-  os.remove(path)
-  return True
+  journal = journal_lib.load(sdir, env)
+  if journal is None:
+    return None
+  logging.warning('Settling an interrupted %s.', journal.command)
+  forward = journal_lib.settle(env, journal, _kill_point)
+  try:
+    clear_pycache(env, [e.path for e in journal.entries])
+    if forward:
+      _write_record(sdir, journal.record)
+    journal_lib.remove_temps(env, journal)
+    os.remove(journal_lib.path(sdir))
+  except OSError as e:
+    raise errors.EnvironmentProblem(
+        f'Cannot finish settling the interrupted {journal.command}: {e}') from e
+  return dataclasses.replace(journal,
+                             phase='commit' if forward else 'rollback')
 
 
-def _commit(env: environment.Environment, sdir: str, command: str,
-            new: dict[str, bytes | None], rec: dict | None) -> list[str]:
-  """Replaces the files in site-packages with ``new`` (path -> content)."""
-  journal_path = os.path.join(sdir, JOURNAL)
-  entries = []
-  for path, data in new.items():
-    if manifest_lib.sha256_path(env.path(path)) == manifest_lib.sha256_bytes(
-        data):
-      continue
-    target = env.path(path)
-    entries.append({'path': path, 'tmp': target + TMP_SUFFIX,
-                    'sha256': manifest_lib.sha256_bytes(data)})
-  journal = {'command': command, 'phase': 'staging', 'files': entries,
-             'record': rec}
-  _write_json(journal_path, journal)
-  _kill_point('journal-staging')
-  for e in entries:
-    data = new[e['path']]
-    if data is None:
-      continue
-    target = env.path(e['path'])
-    with open(e['tmp'], 'wb') as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    if os.path.exists(target):
-      shutil.copymode(target, e['tmp'])
-  _kill_point('temp-written')
-  journal['phase'] = 'commit'
-  _write_json(journal_path, journal)
+def _unchanged(status: state.Status) -> bool:
+  """Whether the target files still have the hashes ``status`` saw."""
+  return all(manifest_lib.sha256_path(status.env.path(f.path)) == f.sha256
+             for f in status.files)
+
+
+@contextlib.contextmanager
+def _locked(sdir: str, timeout: float):
+  """Holds the state directory's lock.
+
+  Raises:
+    LockedError: another run holds it past ``timeout`` seconds.
+    EnvironmentProblem: the lock file cannot be made (e.g. a directory).
+  """
+  path = os.path.join(sdir, 'lock')
+  if os.path.lexists(path) and not fsutil.is_regular(path):
+    raise errors.EnvironmentProblem(
+        f'The lock file {path} is a directory or a link; remove it. '
+        'Nothing was changed.')
+  lock = filelock.FileLock(path, timeout=timeout)
+  try:
+    lock.acquire()
+  except filelock.Timeout as e:
+    raise errors.LockedError(
+        f'Another run holds the lock {path}; retry when it finishes.') from e
+  except OSError as e:
+    raise errors.EnvironmentProblem(
+        f'Cannot take the lock {path}: {e}. Nothing was changed.') from e
+  try:
+    yield
+  finally:
+    lock.release()
+
+
+def _keep(plan: plan_lib.Plan) -> None:
+  """Backs up the pristine files and sets the modified ones aside."""
+  version = plan.env.jax_version
+  for path, data in (plan.backup or {}).items():
+    dest = os.path.join(record_lib.backup_dir(plan.sdir, version),
+                        *path.split('/'))
+    if data is not None and (manifest_lib.sha256_path(dest)
+                             != manifest_lib.sha256_bytes(data)):
+      fsutil.write_atomic(plan.sdir, f'backup/{version}/{path}', data)
+  for path, data in plan.aside.items():
+    fsutil.write_atomic(plan.sdir, f'backup/{version}/displaced/{path}', data)
+
+
+def _write_temps(plan: plan_lib.Plan) -> journal_lib.Journal:
+  """Step 1 and 2 of the commit: the temporary files and the journal.
+
+  Raises:
+    OSError: after removing what it wrote.
+  """
+  entries: list[journal_lib.Entry] = []
+  made: list[str] = []
+  try:
+    for path in plan.files:
+      target = plan.env.path(path)
+      directory = os.path.dirname(target)
+      old, new = plan.old[path], plan.new[path]
+      mode = stat.S_IMODE(os.stat(target).st_mode) if old is not None else (
+          0o644)
+      names = []
+      for data in (old, new):
+        if data is None:
+          names.append(None)
+        else:
+          made.append(fsutil.write_temp(directory, data, mode))
+          names.append(os.path.basename(made[-1]))
+      entries.append(journal_lib.Entry(
+          path, manifest_lib.sha256_bytes(old), manifest_lib.sha256_bytes(new),
+          *names))
+    _kill_point('temp-written')
+    journal = journal_lib.Journal(plan.command, 'commit', tuple(entries),
+                                  plan.record)
+    journal_lib.write(plan.sdir, journal)
+  except BaseException:
+    for p in made:
+      fsutil.remove(p)
+    fsutil.remove(journal_lib.path(plan.sdir))
+    raise
+  return journal
+
+
+def _roll_back(plan: plan_lib.Plan, journal: journal_lib.Journal,
+               error: OSError) -> errors.MigrationError:
+  """Puts back every replaced file after ``error``; returns the error."""
+  journal = dataclasses.replace(journal, phase='rollback')
+  with contextlib.suppress(OSError):
+    journal_lib.write(plan.sdir, journal)
+  try:
+    journal_lib.move(plan.env, journal, False, _kill_point)
+    with contextlib.suppress(OSError):
+      clear_pycache(plan.env, plan.files)
+    journal_lib.remove_temps(plan.env, journal)
+    os.remove(journal_lib.path(plan.sdir))
+  except OSError as e:
+    return errors.EnvironmentProblem(
+        f'{plan.command} failed ({error}) and undoing it failed too ({e}); '
+        'the next run finishes or undoes it from the journal.')
+  return errors.EnvironmentProblem(
+      f'Cannot {plan.command}: {error}. Every replaced file was put back; '
+      'nothing was changed.')
+
+
+def _commit(plan: plan_lib.Plan) -> None:
+  """Replaces the files in site-packages, all or nothing (module doc).
+
+  Raises:
+    EnvironmentProblem: a write failed; nothing was changed.
+  """
+  try:
+    journal = _write_temps(plan)
+  except OSError as e:
+    raise errors.EnvironmentProblem(
+        f'Cannot {plan.command}: {e}. Nothing was changed.') from e
   _kill_point('journal-commit')
-  crash_after = os.environ.get(CRASH_ENV)
-  for i, e in enumerate(entries):
-    if crash_after is not None and i >= int(crash_after):
-      os._exit(86)  # pylint: disable=protected-access
-    target = env.path(e['path'])
-    if e['sha256'] is None:
-      os.remove(target)
-    else:
-      os.replace(e['tmp'], target)
-    if i == 0:
-      _kill_point('replaced-one')
-  for d in {os.path.dirname(env.path(e['path'])) for e in entries}:
-    _fsync_dir(d)
-  _kill_point('replaced-all')
-  clear_pycache(env, [e['path'] for e in entries])
-  _kill_point('pycache-cleared')
-  _write_record(sdir, rec)
+  if os.environ.get(CRASH_ENV) == '0':
+    os._exit(86)  # pylint: disable=protected-access
+  try:
+    journal_lib.move(plan.env, journal, True, _kill_point)
+    _kill_point('replaced-all')
+    clear_pycache(plan.env, plan.files)
+    _kill_point('pycache-cleared')
+    _write_record(plan.sdir, plan.record)
+  except OSError as e:
+    raise _roll_back(plan, journal, e) from e
   _kill_point('record-written')
-  os.remove(journal_path)
-  return [e['path'] for e in entries]
+  with contextlib.suppress(OSError):
+    journal_lib.remove_temps(plan.env, journal)
+    os.remove(journal_lib.path(plan.sdir))
 
 
-def _pristine_contents(env: environment.Environment,
-                       series: manifest_lib.Series, sdir: str,
-                       wheel_dirs: tuple[str, ...]) -> dict[str, bytes | None]:
-  """The released contents of the target files: from the backup or wheel."""
-  expected = series.hashes[env.jax_version]
-  backup = record_lib.backup_dir(sdir, env.jax_version)
-  out: dict[str, bytes | None] = {}
-  missing = []
-  for path, states in expected.items():
-    data = _read(os.path.join(backup, *path.split('/')))
-    if states[0] is None:
-      out[path] = None
-    elif manifest_lib.sha256_bytes(data) == states[0]:
-      out[path] = data
-    else:
-      missing.append(path)
-  if missing:
-    wheel = wheels.pristine_wheel(env.jax_version, wheel_dirs)
-    with zipfile.ZipFile(wheel) as zf:
-      for path in missing:
-        out[path] = zf.read(path)
-        if manifest_lib.sha256_bytes(out[path]) != expected[path][0]:
-          raise errors.PatchDataError(
-              f'{wheel}: {path} does not have the released sha256.')
-  return out
+def _dry_run(plan: plan_lib.Plan, journal_pending: bool) -> Result:
+  goal = 'patched' if plan.command == 'apply' else 'pristine'
+  msg = (f'Dry run: {plan.command} would replace {len(plan.files)} file(s) '
+         f'and leave jax {plan.env.jax_version} {goal}; nothing was changed.')
+  if journal_pending:
+    msg += ' An interrupted run would be completed first.'
+  return Result(plan.command, False, msg, plan.before, plan.before,
+                plan.files, state_dir=plan.sdir, skipped=plan.skipped,
+                dry_run=True, displaced=tuple(plan.displaced))
 
 
-def _stage(env: environment.Environment, status: state.Status,
-           command: str, start: dict[str, bytes | None],
-           goal_override: dict[str, bytes | None]
-           ) -> tuple[dict[str, bytes | None], list[str]]:
-  """Returns the verified new contents of every target file.
-
-  Args:
-    env: the environment.
-    status: its status (``applied`` is where ``start`` is in the series).
-    command: ``apply`` or ``revert``.
-    start: the contents to start from.
-    goal_override: files whose result is set outright (revert of files that
-      ``apply --force`` set aside).
-
-  Returns:
-    The new contents, and the names of the patches skipped as upstream.
-  """
-  series = status.series
-  k = status.applied or 0
-  n = status.total
-  expected = series.hashes[env.jax_version]
-  upstream = set(series.upstream.get(env.jax_version, ()))
-  goal = n if command == 'apply' else 0
-  if command == 'apply':
-    todo = [(p, False) for p in series.patches[k:]]
-  else:
-    todo = [(p, True) for p in reversed(series.patches[:k])]
-  skipped = [p.name for p, _ in todo if p.name in upstream]
-  with tempfile.TemporaryDirectory(prefix='jax-interpret-stage-') as stage:
-    for path, data in start.items():
-      if data is not None:
-        dest = os.path.join(stage, *path.split('/'))
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        with open(dest, 'wb') as f:
-          f.write(data)
-    for patch, reverse in todo:
-      if patch.name in upstream:
-        logging.info('Skipping %s: already upstream', patch.name)
-        continue
-      logging.info('%s %s', 'Reverting' if reverse else 'Applying', patch.name)
-      gitapply.apply(patch.path, stage, reverse=reverse)
-    new: dict[str, bytes | None] = {}
-    for path, states in expected.items():
-      data = _read(os.path.join(stage, *path.split('/')))
-      if manifest_lib.sha256_bytes(data) != states[goal]:
-        raise errors.PatchDataError(
-            f'After {command}, {path} has sha256 '
-            f'{manifest_lib.sha256_bytes(data)} but the manifest expects '
-            f'{states[goal]}; the patches and manifest disagree. Nothing '
-            'was changed.')
-      new[path] = goal_override.get(path, data)
-  return new, skipped
-
-
-def _backup(env: environment.Environment, pristine: dict[str, bytes | None],
-            sdir: str) -> None:
-  """Keeps a copy of the pristine files."""
-  root = record_lib.backup_dir(sdir, env.jax_version)
-  for path, data in pristine.items():
-    if data is None:
-      continue
-    dest = os.path.join(root, *path.split('/'))
-    if manifest_lib.sha256_path(dest) != manifest_lib.sha256_bytes(data):
-      _write_bytes(dest, data)
-
-
-def _displace(env: environment.Environment, status: state.Status,
-              sdir: str, write: bool) -> dict[str, str]:
-  """Sets aside the locally modified files (``apply --force``).
-
-  Returns:
-    Path -> sha256 of each file kept in the state directory's backup.
-  """
-  root = record_lib.displaced_dir(sdir, env.jax_version)
-  out = {}
-  for f in status.files:
-    if f.applied or f.sha256 is None:
-      continue
-    out[f.path] = f.sha256
-    if write:
-      data = _read(env.path(f.path))
-      _write_bytes(os.path.join(root, *f.path.split('/')), data)
-  return out
-
-
-def _restore_displaced(env: environment.Environment, sdir: str,
-                       rec: dict | None) -> dict[str, bytes]:
-  """The files that ``apply --force`` set aside, to restore on revert."""
-  if not rec or rec.get('dist_version') != env.dist_version:
-    return {}
-  root = record_lib.displaced_dir(sdir, env.jax_version)
-  out = {}
-  for path, sha in rec.get('displaced', {}).items():
-    data = _read(os.path.join(root, *path.split('/')))
-    if manifest_lib.sha256_bytes(data) != sha:
-      raise errors.ModifiedError(
-          f'The locally modified {path} that apply --force kept in {root} '
-          'is missing or changed; cannot restore it. Nothing was changed.')
-    out[path] = data
-  return out
-
-
-def _record(env: environment.Environment, series: manifest_lib.Series,
-            release: int, skipped: list[str],
-            displaced: dict[str, str]) -> dict:
-  return {
-      'series': series.name,
-      'release': release,
-      'jax_version': env.jax_version,
-      'dist_version': env.dist_version,
-      'patches': [p.name for p in series.patches],
-      'skipped_upstream': skipped,
-      'displaced': displaced,
-      'time': datetime.datetime.now(datetime.timezone.utc).isoformat(
-          timespec='seconds'),
-  }
+def _execute(plan: plan_lib.Plan, manifest: manifest_lib.Manifest,
+             recovered: bool) -> Result:
+  """Writes the plan: backup, then the commit; checks the outcome."""
+  try:
+    _keep(plan)
+  except OSError as e:
+    raise errors.EnvironmentProblem(
+        f'Cannot write to the state directory {plan.sdir}: {e}. Nothing '
+        'was changed.') from e
+  _kill_point('backed-up')
+  _commit(plan)
+  after = state.classify(plan.env, manifest)
+  if after.overall != plan.goal:
+    raise errors.MigrationError(
+        f'After {plan.command} the state is {after.overall}: {after.message}')
+  before, command = plan.before, plan.command
+  k = before.applied or 0
+  steps_done = (after.total - k if command == 'apply' else k)
+  steps_done -= len(plan.skipped)
+  verb = 'Applied' if command == 'apply' else 'Reverted'
+  msg = f'{verb} {steps_done} patch(es) of {before.series.name}.'
+  if recovered:
+    msg = 'Undid an interrupted run. ' + msg
+  if plan.skipped:
+    msg += f' Skipped (already upstream): {", ".join(plan.skipped)}.'
+  if plan.aside:
+    msg += (' Set aside the locally modified ' + ', '.join(plan.aside)
+            + ' (revert restores them).')
+  if command == 'revert' and plan.displaced:
+    msg += ' Restored the locally modified ' + ', '.join(plan.displaced) + '.'
+  msg += ' ' + after.message
+  return Result(command, True, msg, before, after, plan.files, recovered,
+                plan.sdir, plan.skipped, displaced=tuple(plan.displaced))
 
 
 def run(command: str, manifest: manifest_lib.Manifest,
@@ -442,17 +462,21 @@ def run(command: str, manifest: manifest_lib.Manifest,
     with ``changed=False``.
 
   Raises:
+    UsageError: bad command or flags.
     UnsupportedError: jax missing or its version not served.
     ModifiedError: files locally modified or mixed; nothing changed.
     ConflictError: a patch does not apply; nothing changed.
-    PatchDataError: patch results disagree with the manifest.
-    EnvironmentProblem: git missing or site-packages read-only.
+    PatchDataError: patch data, manifest or journal unusable, or a path
+      outside site-packages/jax; nothing changed.
+    EnvironmentProblem: git missing, a file or directory not writable, a
+      full disk, ...; nothing changed.
     LockedError: another run holds the lock.
   """
   if command not in ('apply', 'revert'):
     raise errors.UsageError(f'Unknown command {command!r}.')
   if force and command != 'apply':
     raise errors.UsageError('--force is only for apply.')
+  fsutil.sweep_scratch()
   env = environment.detect(python)
   before = state.classify(env, manifest)
   if before.overall in (state.Overall.NOT_INSTALLED,
@@ -465,132 +489,53 @@ def run(command: str, manifest: manifest_lib.Manifest,
         f'jax=={env.jax_version}')
   sdir = state_dir(env)
   noop = {'apply': state.Overall.PATCHED, 'revert': state.Overall.PRISTINE}
-  journal_pending = os.path.exists(os.path.join(sdir, JOURNAL))
+  journal_pending = os.path.lexists(journal_lib.path(sdir))
   stale_record = command == 'revert' and record_lib.load(sdir) is not None
+  stale_temps = bool(fsutil.leftovers(
+      _sweep_dirs(env, before.series.files, sdir)))
+  word = 'patched' if command == 'apply' else 'pristine'
   if (before.overall == noop[command] and not journal_pending
-      and (dry_run or not stale_record)):
-    word = 'patched' if command == 'apply' else 'pristine'
+      and (dry_run or not (stale_record or stale_temps))):
     return Result(command, False, f'Nothing to do: already {word}. '
                   + before.message, before, before, state_dir=sdir,
                   dry_run=dry_run)
   gitapply.git_executable()
   if dry_run:
-    return _dry_run(env, manifest, before, command, sdir, force,
-                    journal_pending, wheel_dirs)
-  check_writable(env, list(before.series.files), sdir)
-  lock = filelock.FileLock(os.path.join(sdir, 'lock'), timeout=lock_timeout)
-  try:
-    lock.acquire()
-  except filelock.Timeout as e:
-    raise errors.LockedError(
-        f'Another run holds the lock {lock.lock_file}; retry when it '
-        'finishes.') from e
-  try:
+    return _dry_run(plan_lib.make(command, before, sdir, manifest.release, force,
+                              wheel_dirs), journal_pending)
+  _make_state_dir(sdir)
+  with _locked(sdir, lock_timeout):
     _kill_point('locked')
-    recovered = recover(env, sdir)
+    interrupted = recover(env, sdir)
     _kill_point('recovered')
-    before = state.classify(env, manifest)
-    return _locked(env, manifest, before, command, sdir, force, recovered,
-                   wheel_dirs)
-  finally:
-    lock.release()
-
-
-def _plan(env, manifest, before, command, sdir, force, wheel_dirs):
-  """Returns (new contents, skipped, displaced hashes, record, pristine)."""
-  rec = record_lib.load(sdir)
-  modified = before.overall in (state.Overall.LOCALLY_MODIFIED,
-                                state.Overall.MIXED)
-  displaced: dict[str, str] = {}
-  restore: dict[str, bytes | None] = {}
-  pristine = None
-  if modified and force:
-    pristine = _pristine_contents(env, before.series, sdir, wheel_dirs)
-    displaced = _displace(env, before, sdir, write=False)
-    start, status = pristine, dataclasses.replace(before, applied=0)
-  elif modified:
-    raise errors.ModifiedError(
-        f'{before.message} Refusing to {command}; nothing was changed. '
-        + ('Use apply --force to set the modified files aside (revert '
-           'restores them), or reinstall jax: ' if command == 'apply' else
-           'To start over, reinstall jax: ')
-        + f'pip install --force-reinstall --no-deps jax=={env.jax_version}')
-  else:
-    start = {f.path: _read(env.path(f.path)) for f in before.files}
-    status = before
-    if command == 'apply' and before.overall == state.Overall.PRISTINE:
-      pristine = start
-    if command == 'revert':
-      restore = _restore_displaced(env, sdir, rec)
-  new, skipped = _stage(env, status, command, start, restore)
-  new_rec = None
-  if command == 'apply':
-    if not displaced and rec and rec.get('dist_version') == env.dist_version:
-      displaced = dict(rec.get('displaced', {}))
-    new_rec = _record(env, before.series, manifest.release, skipped,
-                      displaced)
-  return new, skipped, displaced, new_rec, pristine, restore
-
-
-def _dry_run(env, manifest, before, command, sdir, force, journal_pending,
-             wheel_dirs) -> Result:
-  new, skipped, displaced, _, _, restore = _plan(
-      env, manifest, before, command, sdir, force, wheel_dirs)
-  files = [p for p, data in new.items()
-           if manifest_lib.sha256_path(env.path(p))
-           != manifest_lib.sha256_bytes(data)]
-  goal = 'patched' if command == 'apply' else 'pristine'
-  msg = (f'Dry run: {command} would replace {len(files)} file(s) and leave '
-         f'jax {env.jax_version} {goal}; nothing was changed.')
-  if journal_pending:
-    msg += ' An interrupted run would be completed first.'
-  return Result(command, False, msg, before, before, tuple(files),
-                state_dir=sdir, skipped=tuple(skipped), dry_run=True,
-                displaced=tuple(displaced or restore))
-
-
-def _locked(env, manifest, before, command, sdir, force, recovered,
-            wheel_dirs) -> Result:
-  noop = {'apply': state.Overall.PATCHED, 'revert': state.Overall.PRISTINE}
-  if before.overall == noop[command]:
-    word = 'patched' if command == 'apply' else 'pristine'
-    msg = f'Nothing to do: already {word}. ' + before.message
-    if command == 'revert' and record_lib.load(sdir) is not None:
-      _write_record(sdir, None)
-      msg += ' Forgot the record of an earlier apply.'
-    if recovered:
-      msg = 'Completed an interrupted run. ' + msg
-    after = state.classify(env, manifest)
-    return Result(command, False, msg, before, after, (), recovered, sdir)
-  new, skipped, displaced, rec, pristine, restore = _plan(
-      env, manifest, before, command, sdir, force, wheel_dirs)
-  _kill_point('staged')
-  if pristine is not None:
-    _backup(env, pristine, sdir)
-  if command == 'apply' and force:
-    _displace(env, before, sdir, write=True)
-  _kill_point('backed-up')
-  changed = _commit(env, sdir, command, new, rec)
-  after = state.classify(env, manifest)
-  goal = noop[command]
-  if restore:
-    goal = state.Overall.LOCALLY_MODIFIED
-  if after.overall != goal:
-    raise errors.MigrationError(
-        f'After {command} the state is {after.overall}: {after.message}')
-  verb = 'Applied' if command == 'apply' else 'Reverted'
-  k = 0 if displaced and command == 'apply' else before.applied or 0
-  steps = after.total - k if command == 'apply' else k
-  steps -= len(skipped)
-  msg = f'{verb} {steps} patch(es) of {before.series.name}.'
-  if skipped:
-    msg += f' Skipped (already upstream): {", ".join(skipped)}.'
-  if displaced and command == 'apply':
-    msg += (' Set aside the locally modified ' + ', '.join(displaced)
-            + ' (revert restores them).')
-  if restore:
-    msg += ' Restored the locally modified ' + ', '.join(restore) + '.'
-  msg += ' ' + after.message
-  return Result(command, True, msg, before, after, tuple(changed),
-                recovered, sdir, tuple(skipped),
-                displaced=tuple(displaced if command == 'apply' else restore))
+    try:
+      fsutil.sweep(_sweep_dirs(env, before.series.files, sdir))
+    except OSError as e:
+      raise errors.EnvironmentProblem(
+          f'Cannot remove temporary files of an earlier run: {e}') from e
+    if interrupted is not None or not _unchanged(before):
+      before = state.classify(env, manifest)  # Another run changed them.
+    if interrupted is not None:
+      if (interrupted.command == command and interrupted.phase == 'commit'):
+        return Result(command, True,
+                      f'Completed an interrupted {command}. '
+                      + before.message, before, before,
+                      tuple(e.path for e in interrupted.entries), True, sdir)
+    if before.overall == noop[command]:
+      msg = f'Nothing to do: already {word}. ' + before.message
+      if command == 'revert' and record_lib.load(sdir) is not None:
+        try:
+          _write_record(sdir, None)
+        except OSError as e:
+          raise errors.EnvironmentProblem(str(e)) from e
+        msg += ' Forgot the record of an earlier apply.'
+      if interrupted is not None:
+        msg = 'Settled an interrupted run. ' + msg
+      return Result(command, interrupted is not None, msg, before, before,
+                    (), interrupted is not None, sdir)
+    # After recovery, which may have to roll back past an obstacle.
+    check_writable(env, before.series.files)
+    plan = plan_lib.make(command, before, sdir, manifest.release, force,
+                     wheel_dirs)
+    _kill_point('staged')
+    return _execute(plan, manifest, interrupted is not None)

@@ -21,12 +21,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 
 from absl import logging
 
 from migration import errors
+from migration import fsutil
 from migration import gitapply
 from migration import manifest as manifest_lib
 from migration import wheels
@@ -125,7 +125,7 @@ def build(manifest: manifest_lib.Manifest, version: str, out_dir: str,
   new_version = f'{version}+{label(manifest.release)}'
   expected = series.hashes[version]
   os.makedirs(out_dir, exist_ok=True)
-  with tempfile.TemporaryDirectory(prefix='jax-interpret-wheel-') as tmp:
+  with fsutil.scratch('wheel') as tmp:
     _wheel_tool(['unpack', '-d', tmp, pristine])
     root = os.path.join(tmp, f'jax-{version}')
 

@@ -56,6 +56,17 @@ def env_wheel_dirs() -> tuple[str, ...]:
   return tuple(d for d in value.split(os.pathsep) if d)
 
 
+def check_version_number(version: str) -> str:
+  """Returns ``version`` if it is a release number (``0.12.0.1``, ``0.8rc1``).
+
+  Raises:
+    UsageError: it is not (e.g. a path).
+  """
+  if not re.fullmatch(r'\d+(\.\d+)*((a|b|rc|\.post|\.dev)\d+)*', version):
+    raise errors.UsageError(f'{version!r} is not a jax version number.')
+  return version
+
+
 def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
                    download: bool = True) -> str:
   """Returns the path of the released jax wheel of ``version``.
@@ -77,8 +88,7 @@ def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
     UnsupportedError: the package index has no such jax release.
     EnvironmentProblem: the wheel is not found and cannot be downloaded.
   """
-  if not re.fullmatch(r'\d+(\.\d+)*((a|b|rc|\.post|\.dev)\d+)*', version):
-    raise errors.UsageError(f'{version!r} is not a jax version number.')
+  check_version_number(version)
   name = wheel_name(version)
   cache = cache_dir()
   extra_dirs = (*extra_dirs, *env_wheel_dirs())
@@ -89,6 +99,23 @@ def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
   if not download:
     raise errors.EnvironmentProblem(
         f'{name} not found in {", ".join((*extra_dirs, cache))}.')
+  try:
+    return _download(version, cache)
+  except OSError as e:
+    raise errors.EnvironmentProblem(
+        f'Cannot download {name} into the cache {cache}: {e}. Pass '
+        '--wheel_dir, or set JAX_INTERPRET_PATCHES_CACHE to a writable '
+        'directory.') from e
+
+
+def _download(version: str, cache: str) -> str:
+  """Downloads the released wheel of ``version`` into ``cache``.
+
+  Raises:
+    OSError: the cache is not writable.
+    UnsupportedError, EnvironmentProblem: as ``pristine_wheel``.
+  """
+  name = wheel_name(version)
   os.makedirs(cache, exist_ok=True)
   with tempfile.TemporaryDirectory(dir=cache) as tmp:
     cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps',

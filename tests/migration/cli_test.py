@@ -61,8 +61,11 @@ class MigrationCliTest(absltest.TestCase):
     venv = os.path.join(cls.root, 'venv')
     subprocess.run([sys.executable, '-m', 'venv', venv], check=True)
     cls.python = os.path.join(venv, 'bin', 'python')
+    # The tool never imports jax, so its tests run on Pythons older than
+    # jax needs (3.10).
     subprocess.run([cls.python, '-m', 'pip', 'install', '-q', '--no-deps',
-                    '--disable-pip-version-check', cls.wheel], check=True)
+                    '--disable-pip-version-check', '--ignore-requires-python',
+                    cls.wheel], check=True)
     cls.site = subprocess.run(
         [cls.python, '-c', 'import sysconfig; '
          'print(sysconfig.get_paths()["purelib"])'],
@@ -84,7 +87,8 @@ class MigrationCliTest(absltest.TestCase):
         out.write(data)
     shutil.rmtree(self.state_dir, ignore_errors=True)
     subprocess.run([self.python, '-m', 'compileall', '-q',
-                    os.path.dirname(self.path(self.files[0]))], check=True)
+                    os.path.dirname(self.path(self.files[0]))],
+                   capture_output=True, check=False)
 
   def path(self, relpath: str) -> str:
     return os.path.join(self.site, *relpath.split('/'))
@@ -377,7 +381,8 @@ class MigrationCliTest(absltest.TestCase):
                      (False, 3, 'unsupported'))
 
   # Issue #4: lost patches, per-patch states, --python, --dry_run, --force,
-  # kill -9 at every step, concurrent runs, upstream-merged patches.
+  # concurrent runs, upstream-merged patches (kill -9 at every step:
+  # fault_test.py).
 
   def test_status_flags_patches_lost_after_reinstall(self):
     self.run_tool('apply')
@@ -506,34 +511,6 @@ class MigrationCliTest(absltest.TestCase):
     self.assertEqual(self.snapshot(), modified)  # Byte for byte.
     proc = self.run_tool('revert', '--force', expect=2)
     self.assertIn('only for apply', proc.stderr)
-
-  def _kill_at(self, command: str, step: str):
-    env = {transaction.KILL_ENV: step}
-    proc = self.run_tool(command, env=env, expect=None)
-    self.assertEqual(proc.returncode, -9, f'{step}: {proc.stderr}')
-
-  def test_kill_9_at_every_step(self):
-    self.run_tool('apply')
-    patched = self.snapshot()
-    self.run_tool('revert')
-    for i, step in enumerate(transaction.STEPS):
-      with self.subTest(step=step):
-        if i % 2 == 0:
-          # Killed apply, then revert: pristine, byte for byte.
-          self._kill_at('apply', step)
-          self.run_tool('revert')
-          self.assertPristine()
-        # Killed apply, then apply: fully patched.
-        self._kill_at('apply', step)
-        self.run_tool('apply')
-        self.assertEqual(self.snapshot(), patched)
-        # Killed revert, then revert: pristine.
-        self._kill_at('revert', step)
-        self.run_tool('revert')
-        self.assertPristine()
-        self.assertFalse(os.path.exists(
-            os.path.join(self.state_dir, 'journal.json')))
-    self.assertEqual(self.status_json()['state'], 'pristine')
 
   def test_concurrent_applies_end_with_one_clean_result(self):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, self.deps]))

@@ -8,10 +8,14 @@ import os
 import shutil
 import sys
 import tempfile
-import tomllib
 import zipfile
 
 from absl.testing import absltest
+
+try:
+  import tomllib
+except ModuleNotFoundError:  # Python 3.10
+  import tomli as tomllib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))

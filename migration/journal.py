@@ -1,0 +1,209 @@
+"""The journal of a run's commit phase, and recovery from it.
+
+``journal.json`` in the state directory lists, for every file a run
+replaces, its path relative to site-packages, its sha256 before (``old``)
+and after (``new``; None: absent), and the names of two complete,
+verified temporary files beside it holding those contents (``old_tmp``,
+``new_tmp``; None where the content is "absent"). It is written before the
+first replace and removed after the last step.
+
+Recovery rules (``settle``), applied under the lock by the next run:
+
+* Each file must be at its ``old`` or its ``new`` hash; anything else means
+  someone changed it since, and recovery refuses (exit 4), keeping the
+  journal.
+* Roll forward is possible when every file still at ``old`` has its
+  verified ``new_tmp``; roll back when every file already at ``new`` has
+  its verified ``old_tmp``. Phase ``commit`` prefers forward, phase
+  ``rollback`` (a run that hit an error and was undoing itself) prefers
+  back; the other direction is taken when the preferred one is impossible
+  or a replace fails (an unreplaceable file). Either way every file ends at
+  one end, so jax is left pristine or fully patched.
+* A journal that cannot be read, or names a path outside site-packages/jax
+  or a temporary file that is not the tool's, is refused (exit 7) and
+  nothing is touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+
+from migration import environment
+from migration import errors
+from migration import fsutil
+
+JOURNAL = 'journal.json'
+PHASES = ('commit', 'rollback')
+_SHA_RE = re.compile(r'[0-9a-f]{64}')
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  """One file of a journal; see the module docstring."""
+  path: str
+  old: str | None
+  new: str | None
+  old_tmp: str | None
+  new_tmp: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Journal:
+  """A run's journal: ``command`` is apply or revert."""
+  command: str
+  phase: str
+  entries: tuple[Entry, ...]
+  record: dict | None
+
+  def to_json(self) -> dict:
+    return {'command': self.command, 'phase': self.phase,
+            'files': [dataclasses.asdict(e) for e in self.entries],
+            'record': self.record}
+
+
+def path(sdir: str) -> str:
+  return os.path.join(sdir, JOURNAL)
+
+
+def write(sdir: str, journal: Journal) -> None:
+  """Writes the journal atomically. Raises OSError."""
+  fsutil.write_atomic(sdir, JOURNAL,
+                      json.dumps(journal.to_json(), indent=2).encode())
+
+
+def _bad(where: str, why: str) -> errors.PatchDataError:
+  return errors.PatchDataError(
+      f'The journal {where} of an interrupted run is unusable ({why}); '
+      'nothing was changed. Check the files with `python -m migration '
+      'status`, reinstall jax if they are not pristine, then delete it.')
+
+
+def load(sdir: str, env: environment.Environment) -> Journal | None:
+  """Reads and checks the journal, or returns None if there is none.
+
+  Raises:
+    PatchDataError: it is unreadable, malformed, or names a path outside
+      site-packages/jax or a temporary file that is not the tool's.
+  """
+  where = path(sdir)
+  try:
+    with open(where, encoding='utf-8') as f:
+      raw = json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError) as e:
+    raise _bad(where, str(e)) from e
+  try:
+    entries = []
+    for e in raw['files']:
+      entry = Entry(e['path'], e['old'], e['new'], e['old_tmp'], e['new_tmp'])
+      fsutil.check_relpath(entry.path, where)
+      env.path(entry.path)  # Resolves inside site-packages/jax.
+      for h in (entry.old, entry.new):
+        if h is not None and not _SHA_RE.fullmatch(h):
+          raise ValueError(f'bad sha256 {h!r}')
+      for name, h in ((entry.old_tmp, entry.old), (entry.new_tmp, entry.new)):
+        if (h is None) != (name is None) or name is not None and (
+            not isinstance(name, str) or '/' in name
+            or not name.startswith(fsutil.TMP_PREFIX)):
+          raise ValueError(f'bad temporary file name {name!r}')
+      entries.append(entry)
+    journal = Journal(raw['command'], raw['phase'], tuple(entries),
+                      raw['record'])
+  except errors.PatchDataError as e:
+    raise _bad(where, str(e)) from e
+  except (KeyError, TypeError, ValueError, AttributeError) as e:
+    raise _bad(where, f'{type(e).__name__}: {e}') from e
+  if journal.command not in ('apply', 'revert') or journal.phase not in PHASES:
+    raise _bad(where, f'command {journal.command!r}, phase {journal.phase!r}')
+  if journal.record is not None and not isinstance(journal.record, dict):
+    raise _bad(where, 'bad record')
+  return journal
+
+
+def tmp_path(env: environment.Environment, entry: Entry,
+             name: str | None) -> str | None:
+  return None if name is None else os.path.join(
+      os.path.dirname(env.path(entry.path)), name)
+
+
+def _feasible(env: environment.Environment, journal: Journal,
+              forward: bool) -> bool:
+  """Whether every file can be brought to one end (see module docstring)."""
+  for e in journal.entries:
+    current = fsutil.sha256_nofollow(env.path(e.path))
+    have, want, name = ((e.old, e.new, e.new_tmp) if forward
+                        else (e.new, e.old, e.old_tmp))
+    if current == want:
+      continue
+    if current != have:
+      return False
+    if want is not None and fsutil.sha256_nofollow(
+        tmp_path(env, e, name)) != want:
+      return False
+  return True
+
+
+def move(env: environment.Environment, journal: Journal, forward: bool,
+         kill_point=None) -> None:
+  """Brings every file to its ``new`` (or ``old``) content.
+
+  Raises:
+    OSError: a replace failed; some files may be at either end.
+  """
+  entries = journal.entries if forward else tuple(reversed(journal.entries))
+  for i, e in enumerate(entries, 1):
+    target = env.path(e.path)
+    want, name = (e.new, e.new_tmp) if forward else (e.old, e.old_tmp)
+    if fsutil.sha256_nofollow(target) != want:
+      if want is None:
+        os.remove(target)
+      else:
+        os.replace(tmp_path(env, e, name), target)
+    if kill_point:
+      kill_point(f'{"replaced" if forward else "rolled-back"}-{i}')
+  for d in {os.path.dirname(env.path(e.path)) for e in entries}:
+    fsutil.fsync_dir(d)
+
+
+def remove_temps(env: environment.Environment, journal: Journal) -> None:
+  for e in journal.entries:
+    for name in (e.old_tmp, e.new_tmp):
+      if name is not None:
+        fsutil.remove(tmp_path(env, e, name))
+
+
+def settle(env: environment.Environment, journal: Journal,
+           kill_point=None) -> bool:
+  """Brings an interrupted run to one end; see the module docstring.
+
+  Returns:
+    True if it rolled forward (the run completed), False if back.
+
+  Raises:
+    ModifiedError: a file changed since; neither end can be reached.
+    EnvironmentProblem: a file cannot be replaced in either direction.
+  """
+  order = (True, False) if journal.phase == 'commit' else (False, True)
+  failure = None
+  for forward in order:
+    if not _feasible(env, journal, forward):
+      continue
+    try:
+      move(env, journal, forward, kill_point)
+      return forward
+    except OSError as e:
+      failure = e
+  if failure is not None:
+    raise errors.EnvironmentProblem(
+        f'Cannot finish or undo the interrupted {journal.command}: '
+        f'{failure}. Make the files writable and run it again.')
+  raise errors.ModifiedError(
+      f'Cannot recover the interrupted {journal.command} recorded in the '
+      'journal: '
+      + ', '.join(e.path for e in journal.entries)
+      + ' changed since. Reinstall jax (pip install --force-reinstall '
+      f'--no-deps jax=={env.jax_version}) and delete the journal.')

@@ -1,0 +1,259 @@
+"""What an apply or revert will write, computed and verified first.
+
+``make(...)`` reads the target files and the state directory, stages the
+start contents in a scratch directory, applies (or reverse-applies) the
+remaining patches there with git apply, and checks every staged hash against
+the manifest. It writes nothing outside the scratch directory;
+``transaction`` then writes the plan, all or nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import zipfile
+
+from absl import logging
+
+from migration import environment
+from migration import errors
+from migration import fsutil
+from migration import gitapply
+from migration import manifest as manifest_lib
+from migration import record as record_lib
+from migration import state
+from migration import wheels
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Everything a run writes, computed and verified before any write.
+
+  Attributes:
+    command: ``apply`` or ``revert``.
+    env: the target environment.
+    sdir: its state directory.
+    before: the status the plan starts from.
+    old: path -> current content of every target file (None: absent).
+    new: path -> verified new content.
+    skipped: patches skipped because the release already contains them.
+    displaced: apply: path -> sha256 of the locally modified files kept in
+      the state directory (for the record); revert: those it restores.
+    aside: apply --force: path -> the locally modified content to keep.
+    backup: pristine contents to keep in the state directory, or None.
+    record: the record to write afterwards (None: remove it).
+  """
+  command: str
+  env: environment.Environment
+  sdir: str
+  before: state.Status
+  old: dict[str, bytes | None]
+  new: dict[str, bytes | None]
+  skipped: tuple[str, ...]
+  displaced: dict[str, str]
+  aside: dict[str, bytes]
+  backup: dict[str, bytes | None] | None
+  record: dict | None
+
+  @property
+  def files(self) -> tuple[str, ...]:
+    """The files whose content changes."""
+    return tuple(p for p, data in self.new.items()
+                 if manifest_lib.sha256_bytes(data)
+                 != manifest_lib.sha256_bytes(self.old[p]))
+
+  @property
+  def goal(self) -> state.Overall:
+    if self.command == 'apply':
+      return state.Overall.PATCHED
+    if self.displaced:
+      return state.Overall.LOCALLY_MODIFIED
+    return state.Overall.PRISTINE
+
+
+def read(path: str) -> bytes | None:
+  """Returns the content of file ``path``, or None if it does not exist."""
+  try:
+    with open(path, 'rb') as f:
+      return f.read()
+  except FileNotFoundError:
+    return None
+
+
+def _pristine_contents(env: environment.Environment,
+                       series: manifest_lib.Series, sdir: str,
+                       wheel_dirs: tuple[str, ...]) -> dict[str, bytes | None]:
+  """The released contents of the target files: from the backup or wheel."""
+  expected = series.hashes[env.jax_version]
+  backup = record_lib.backup_dir(sdir, env.jax_version)
+  out: dict[str, bytes | None] = {}
+  missing = []
+  for path, states in expected.items():
+    data = read(os.path.join(backup, *path.split('/')))
+    if states[0] is None:
+      out[path] = None
+    elif manifest_lib.sha256_bytes(data) == states[0]:
+      out[path] = data
+    else:
+      missing.append(path)
+  if missing:
+    wheel = wheels.pristine_wheel(env.jax_version, wheel_dirs)
+    try:
+      with zipfile.ZipFile(wheel) as zf:
+        for path in missing:
+          out[path] = zf.read(path)
+    except (OSError, KeyError, zipfile.BadZipFile) as e:
+      raise errors.EnvironmentProblem(f'Cannot read {wheel}: {e}') from e
+    for path in missing:
+      if manifest_lib.sha256_bytes(out[path]) != expected[path][0]:
+        raise errors.PatchDataError(
+            f'{wheel}: {path} does not have the released sha256.')
+  return out
+
+
+def _stage(env: environment.Environment, status: state.Status,
+           command: str, start: dict[str, bytes | None],
+           goal_override: dict[str, bytes | None]
+           ) -> tuple[dict[str, bytes | None], tuple[str, ...]]:
+  """Returns the verified new contents of every target file.
+
+  Args:
+    env: the environment.
+    status: its status (``applied`` is where ``start`` is in the series).
+    command: ``apply`` or ``revert``.
+    start: the contents to start from.
+    goal_override: files whose result is set outright (revert of files that
+      ``apply --force`` set aside).
+
+  Returns:
+    The new contents, and the names of the patches skipped as upstream.
+
+  Raises:
+    ConflictError: a patch does not apply.
+    PatchDataError: a staged hash differs from the manifest.
+  """
+  series = status.series
+  k = status.applied or 0
+  expected = series.hashes[env.jax_version]
+  upstream = set(series.upstream.get(env.jax_version, ()))
+  goal = status.total if command == 'apply' else 0
+  if command == 'apply':
+    todo = [(p, False) for p in series.patches[k:]]
+  else:
+    todo = [(p, True) for p in reversed(series.patches[:k])]
+  skipped = tuple(p.name for p, _ in todo if p.name in upstream)
+  with fsutil.scratch('stage') as stage:
+    for path, data in start.items():
+      if data is not None:
+        fsutil.makedirs(stage, path.split('/')[:-1])
+        with open(os.path.join(stage, *path.split('/')), 'wb') as f:
+          f.write(data)
+    for patch, reverse in todo:
+      if patch.name in upstream:
+        logging.info('Skipping %s: already upstream', patch.name)
+        continue
+      logging.info('%s %s', 'Reverting' if reverse else 'Applying', patch.name)
+      gitapply.apply(patch.path, stage, reverse=reverse)
+    new: dict[str, bytes | None] = {}
+    for path, states in expected.items():
+      data = read(os.path.join(stage, *path.split('/')))
+      if manifest_lib.sha256_bytes(data) != states[goal]:
+        raise errors.PatchDataError(
+            f'After {command}, {path} has sha256 '
+            f'{manifest_lib.sha256_bytes(data)} but the manifest expects '
+            f'{states[goal]}; the patches and manifest disagree. Nothing '
+            'was changed.')
+      new[path] = goal_override.get(path, data)
+  return new, skipped
+
+
+def _restore_displaced(env: environment.Environment, sdir: str,
+                       rec: dict | None) -> dict[str, bytes]:
+  """The files that ``apply --force`` set aside, to restore on revert."""
+  if not rec or rec.get('dist_version') != env.dist_version:
+    return {}
+  root = record_lib.displaced_dir(sdir, env.jax_version)
+  out = {}
+  for path, sha in dict(rec.get('displaced') or {}).items():
+    fsutil.check_relpath(path, os.path.join(sdir, record_lib.RECORD))
+    data = read(os.path.join(root, *path.split('/')))
+    if manifest_lib.sha256_bytes(data) != sha:
+      raise errors.ModifiedError(
+          f'The locally modified {path} that apply --force kept in {root} '
+          'is missing or changed; cannot restore it. Nothing was changed.')
+    out[path] = data
+  return out
+
+
+def _record(env: environment.Environment, series: manifest_lib.Series,
+            release: int, skipped: tuple[str, ...],
+            displaced: dict[str, str]) -> dict:
+  return {
+      'series': series.name,
+      'release': release,
+      'jax_version': env.jax_version,
+      'dist_version': env.dist_version,
+      'patches': [p.name for p in series.patches],
+      'skipped_upstream': list(skipped),
+      'displaced': displaced,
+      'time': datetime.datetime.now(datetime.timezone.utc).isoformat(
+          timespec='seconds'),
+  }
+
+
+def make(command: str, before: state.Status, sdir: str, release: int,
+         force: bool, wheel_dirs: tuple[str, ...]) -> Plan:
+  """Computes and verifies everything ``command`` writes; writes nothing.
+
+  Args:
+    command: ``apply`` or ``revert``.
+    before: the status of the target files (classified once per run).
+    sdir: the state directory (backup, record).
+    release: the project release number, for the record.
+    force: ``apply --force``: start from the released files and set the
+      locally modified ones aside.
+    wheel_dirs: directories searched for the released wheel first.
+
+  Raises:
+    ModifiedError: files locally modified or mixed (without ``force``).
+    ConflictError, PatchDataError: the patches do not give the manifest's
+      hashes.
+    EnvironmentProblem: the released wheel is needed and cannot be had.
+  """
+  env = before.env
+  rec = record_lib.load(sdir)
+  old = {f.path: read(env.path(f.path)) for f in before.files}
+  modified = before.overall in (state.Overall.LOCALLY_MODIFIED,
+                                state.Overall.MIXED)
+  if modified and not force:
+    raise errors.ModifiedError(
+        f'{before.message} Refusing to {command}; nothing was changed. '
+        + ('Use apply --force to set the modified files aside (revert '
+           'restores them), or reinstall jax: ' if command == 'apply' else
+           'To start over, reinstall jax: ')
+        + f'pip install --force-reinstall --no-deps jax=={env.jax_version}')
+  aside: dict[str, bytes] = {}
+  restore: dict[str, bytes | None] = {}
+  backup = None
+  start, status = old, before
+  if modified:
+    backup = start = _pristine_contents(env, before.series, sdir, wheel_dirs)
+    status = dataclasses.replace(before, applied=0)
+    aside = {f.path: old[f.path] for f in before.files
+             if not f.applied and f.sha256 is not None}
+  elif command == 'apply' and before.overall == state.Overall.PRISTINE:
+    backup = old
+  elif command == 'revert':
+    restore = _restore_displaced(env, sdir, rec)
+  new, skipped = _stage(env, status, command, start, restore)
+  displaced = {p: manifest_lib.sha256_bytes(data) or ''
+               for p, data in (aside or restore).items()}
+  new_rec = None
+  if command == 'apply':
+    if not aside and rec and rec.get('dist_version') == env.dist_version:
+      displaced = dict(rec.get('displaced') or {})
+    new_rec = _record(env, before.series, release, skipped,
+                      displaced)
+  return Plan(command, env, sdir, before, old, new, skipped, displaced,
+              aside, backup, new_rec)
