@@ -89,11 +89,13 @@ def tpu_v6e() -> Iterator[None]:
   Yields:
     Nothing.
   """
+  # jax 0.10.0's `AbstractDevice` has no `platform`.
+  if 'platform' in inspect.signature(jax.sharding.AbstractDevice).parameters:
+    device = jax.sharding.AbstractDevice('TPU v6e', 1, 'tpu')
+  else:
+    device = jax.sharding.AbstractDevice('TPU v6e', 1)
   with jax.sharding.use_abstract_mesh(
-      jax.sharding.AbstractMesh(
-          (), (),
-          abstract_device=jax.sharding.AbstractDevice('TPU v6e', 1, 'tpu'),
-      )
+      jax.sharding.AbstractMesh((), (), abstract_device=device)
   ):
     yield
 
