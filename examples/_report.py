@@ -24,10 +24,13 @@ where `FEATURE` is a module-level string saying which feature the example
 shows (`run_all.py` reads it for its summary). Integer and boolean rows are
 compared exactly, floating point rows with `np.testing.assert_allclose`
 tolerances. The exit code is 0 if every row matches, `MISMATCH_EXIT_CODE`
-if one does not (and 1, Python's, on an uncaught error).
+if one does not, `SKIPPED_EXIT_CODE` if `run` raised `Unsupported` (this jax
+cannot run the example; it prints `skipped: <reason>`), and 1, Python's, on
+an uncaught error.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -53,6 +56,48 @@ Row = tuple[str, np.ndarray, np.ndarray]
 
 # The exit code of an example whose results differ from the expected values.
 MISMATCH_EXIT_CODE = 3
+
+# The exit code of an example that this jax cannot run (`Unsupported`).
+SKIPPED_EXIT_CODE = 4
+
+
+class Unsupported(Exception):
+  """Raised by an example's `run` when this jax cannot run it; says why."""
+
+
+def sparsecore_unsupported() -> str | None:
+  """Says why this jax cannot run SparseCore kernels in interpret mode.
+
+  Returns:
+    None if it can (jax 0.10.0 and newer, with the series' patch 0006), else
+    the reason.
+  """
+  if jax.__version_info__ < (0, 10, 0):
+    return ('jax 0.9 and older: plsc.VectorSubcoreMesh is not a Pallas Mesh'
+            ' (it has its own core_map rule), and their series have no'
+            ' SparseCore patch (0006)')
+  return None
+
+
+@contextlib.contextmanager
+def tpu_v6e() -> Iterator[None]:
+  """Describes a TPU v6e chip, whose SparseCore meshes can then be built.
+
+  On CPU, `plsc.VectorSubcoreMesh` needs to know the TPU it targets: a v6e
+  has 2 SparseCores of 16 vector subcores with 8 lanes.
+
+  Yields:
+    Nothing.
+  """
+  # jax 0.10.0's `AbstractDevice` has no `platform`.
+  if 'platform' in inspect.signature(jax.sharding.AbstractDevice).parameters:
+    device = jax.sharding.AbstractDevice('TPU v6e', 1, 'tpu')
+  else:
+    device = jax.sharding.AbstractDevice('TPU v6e', 1)
+  with jax.sharding.use_abstract_mesh(
+      jax.sharding.AbstractMesh((), (), abstract_device=device)
+  ):
+    yield
 
 # Values shown per array before it is abbreviated with '...'.
 _NUM_SHOWN = 4
@@ -230,7 +275,13 @@ def main(run: Callable[[], Sequence[Row]], feature: str) -> int:
     feature: What the example shows, printed first.
 
   Returns:
-    The process exit code: 0, or `MISMATCH_EXIT_CODE` if a row mismatched.
+    The process exit code: 0, `MISMATCH_EXIT_CODE` if a row mismatched, or
+    `SKIPPED_EXIT_CODE` if `run` raised `Unsupported`.
   """
   print(f'shows: {feature}')
-  return MISMATCH_EXIT_CODE if report(run()) else 0
+  try:
+    rows = run()
+  except Unsupported as e:
+    print(f'skipped: {e}')
+    return SKIPPED_EXIT_CODE
+  return MISMATCH_EXIT_CODE if report(rows) else 0

@@ -27,14 +27,14 @@ then killed), so a kernel that hangs fails instead of hanging the run.
 
 The run ends with a summary: per example the feature it shows (its `FEATURE`
 constant), `ok`, `MISMATCH` (a result differs from its independently computed
-value), `ERROR` (it failed otherwise) or `TIMEOUT`, and its wall time; then
-the total wall time.
+value), `skipped` (this jax cannot run it; it printed why), `ERROR` (it failed
+otherwise) or `TIMEOUT`, and its wall time; then the total wall time.
 
 Usage::
 
   python examples/run_all.py [--timeout SECONDS] [--jobs N] [NAME ...]
 
-Exits 0 if every example matched, 1 otherwise.
+Exits 0 if every example matched or was skipped, 1 otherwise.
 """
 
 import argparse
@@ -54,6 +54,9 @@ DEFAULT_TIMEOUT_S = 300.0
 # The exit code of an example whose results differ from the expected values
 # (`_report.MISMATCH_EXIT_CODE`, read once `_report` is imported).
 MISMATCH_EXIT_CODE = 3
+# The exit code of an example that this jax cannot run
+# (`_report.SKIPPED_EXIT_CODE`).
+SKIPPED_EXIT_CODE = 4
 # The first line a child writes once it holds a job slot and starts.
 _STARTED = '\0started'
 _POLL_S = 0.05
@@ -66,7 +69,8 @@ class Result:
   Attributes:
     name: The example's module name.
     feature: What it shows (its `FEATURE` constant).
-    status: 'ok', 'MISMATCH', 'ERROR (exit code N)' or 'TIMEOUT (N s)'.
+    status: 'ok', 'MISMATCH', 'skipped', 'ERROR (exit code N)' or
+      'TIMEOUT (N s)'.
     seconds: Wall time from its start to its end.
   """
   name: str
@@ -109,7 +113,7 @@ def feature_of(path: pathlib.Path) -> str:
 
 def _preload() -> None:
   """Imports what every example imports, once, before the children fork."""
-  global MISMATCH_EXIT_CODE
+  global MISMATCH_EXIT_CODE, SKIPPED_EXIT_CODE
   sys.path.insert(0, str(EXAMPLES_DIR))
   try:
     import _report  # pylint: disable=g-import-not-at-top
@@ -118,6 +122,7 @@ def _preload() -> None:
     traceback.print_exc()
     return
   MISMATCH_EXIT_CODE = _report.MISMATCH_EXIT_CODE
+  SKIPPED_EXIT_CODE = _report.SKIPPED_EXIT_CODE
 
 
 def _run_child(path: pathlib.Path, out_fd: int, slots: tuple[int, int]):
@@ -224,6 +229,8 @@ class _Child:
         status = 'ok'
       elif returncode == MISMATCH_EXIT_CODE:
         status = 'MISMATCH'
+      elif returncode == SKIPPED_EXIT_CODE:
+        status = 'skipped'
       else:
         status = f'ERROR (exit code {returncode})'
     seconds = time.monotonic() - self.start
@@ -272,7 +279,8 @@ def summary(results: list[Result], seconds: float) -> str:
     seconds: Wall time of the whole run.
 
   Returns:
-    Text ending in `examples: N ok, N mismatched, N failed (total S s)`.
+    Text ending in `examples: N ok, N mismatched, N failed (total S s)`, with
+    `, N skipped` after `failed` if some were skipped.
   """
   name_w = max((len(r.name) for r in results), default=0)
   status_w = max((len(r.status) for r in results), default=0)
@@ -281,9 +289,12 @@ def summary(results: list[Result], seconds: float) -> str:
     lines.append(f'  {r.name:<{name_w}}  {r.status:<{status_w}}  '
                  f'{r.seconds:5.1f} s  {r.feature}')
   mismatched = sum(r.status == 'MISMATCH' for r in results)
-  failed = sum(not r.ok for r in results) - mismatched
+  skipped = sum(r.status == 'skipped' for r in results)
+  failed = sum(not r.ok for r in results) - mismatched - skipped
+  skipped_text = f', {skipped} skipped' if skipped else ''
   lines.append(f'examples: {sum(r.ok for r in results)} ok, {mismatched} '
-               f'mismatched, {failed} failed (total {seconds:.1f} s)')
+               f'mismatched, {failed} failed{skipped_text} (total '
+               f'{seconds:.1f} s)')
   return '\n'.join(lines)
 
 
@@ -316,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
   results = run_examples(examples, args.jobs or max(1, len(examples)),
                          args.timeout)
   print(summary(results, time.monotonic() - start), flush=True)
-  return 0 if results and all(r.ok for r in results) else 1
+  return 0 if results and all(
+      r.ok or r.status == 'skipped' for r in results) else 1
 
 
 if __name__ == '__main__':

@@ -78,6 +78,8 @@ class Feature:
   patch_prefixes: tuple[str, ...]
   tests: tuple[str, ...]
   changelog: str
+  # Ends the commit message.
+  reviewer_note: str = REVIEWER_NOTE
 
 
 FEATURES = (
@@ -119,6 +121,28 @@ FEATURES = (
             'TPU interpret mode raises an error, instead of hanging, when no '
             'core can make progress; '
             '``InterpretParams(detect_deadlocks=False)`` turns this off.'),
+    ),
+    Feature(
+        key='sparsecore',
+        title='[pallas:tpu] Run every subcore of a SparseCore mesh in TPU '
+        'interpret mode.',
+        patch_prefixes=('0006',),
+        tests=('tpu_pallas_interpret_sparsecore_test.py',),
+        changelog=(
+            'TPU interpret mode runs every core and subcore of a '
+            '{class}`jax.experimental.pallas.tpu_sc.VectorSubcoreMesh` or '
+            '{class}`jax.experimental.pallas.tpu_sc.ScalarSubcoreMesh`, with '
+            '``VMEM_SHARED`` shared by the subcores of a SparseCore, and '
+            'supports {func}`jax.experimental.pallas.tpu_sc.subcore_barrier`, '
+            '{func}`jax.experimental.pallas.tpu_sc.load_gather`, '
+            '{func}`jax.experimental.pallas.tpu_sc.store_scatter`, '
+            '{func}`jax.experimental.pallas.tpu_sc.parallel_loop`, masked '
+            'loads and ``collective_axes`` over the subcore axis.'),
+        reviewer_note=(
+            'Note for reviewers: apart from `collective_axes` (behind\n'
+            '`allow_collective_axes_in_run_scoped`, as on a TensorCoreMesh),\n'
+            'this makes interpret mode do what SparseCore hardware does; it\n'
+            'ran only one subcore before.'),
     ),
 )
 
@@ -450,7 +474,7 @@ def commit_message(feature: Feature, patches: list[manifest_lib.Patch]) -> str:
     bodies.append(body)
   tests = ''.join(f'\n- tests/pallas/{t}' for t in feature.tests)
   return (f'{feature.title}\n\n' + '\n\n'.join(bodies)
-          + f'\n\nTests:{tests}\n\n{REVIEWER_NOTE}\n')
+          + f'\n\nTests:{tests}\n\n{feature.reviewer_note}\n')
 
 
 def export(jax_repo: str, out_dir: str, tests_dir: str,

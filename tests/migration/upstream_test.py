@@ -125,7 +125,8 @@ class UpstreamExportTest(absltest.TestCase):
     patches = self.export()
     self.assertLen(patches, len(upstream.FEATURES))
     clone = self.am(patches)
-    subjects = _git(['log', '--format=%s', '-3', '--reverse'], clone)
+    subjects = _git(['log', '--format=%s', f'-{len(upstream.FEATURES)}',
+                     '--reverse'], clone)
     self.assertEqual(subjects.splitlines(),
                      [f.title for f in upstream.FEATURES])
     # The checkout itself is untouched and no worktree is left behind.
@@ -164,9 +165,14 @@ class UpstreamExportTest(absltest.TestCase):
     self.assertLess(build.index('tpu_pallas_interpret_semaphore_test'),
                     build.index('tpu_paged_attention_kernel_test'))
 
-    message = _git(['log', '-1', '--format=%B', 'HEAD~2'], clone)
+    first = f'HEAD~{len(upstream.FEATURES) - 1}'
+    message = _git(['log', '-1', '--format=%B', first], clone)
     self.assertIn('Mosaic TPU lowering still rejects', message)
     self.assertNotIn('Forwarded:', message)
+    # The SparseCore feature is what the hardware does: its own note.
+    message = _git(['log', '-1', '--format=%B', 'HEAD'], clone)
+    self.assertIn('what SparseCore hardware does', message)
+    self.assertNotIn('Mosaic TPU lowering still rejects', message)
 
   def test_exported_tests_pass_jax_lint_settings(self):
     try:
