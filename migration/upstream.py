@@ -52,6 +52,8 @@ TEST_DIR = os.path.join('tests', 'pallas')
 HELPER = 'tpu_interpret_test_util'
 CHANGELOG = os.path.join('docs', 'pallas', 'CHANGELOG.md')
 CHANGELOG_SECTION = '### TPU'
+CHANGELOG_KINDS = ('New features', 'Changes', 'Bug fixes', 'Removals',
+                   'Deprecations')
 # Upstream's test files and classes that receive our tests: a file of ours
 # named `*_distributed_test.py` goes to the distributed one.
 UPSTREAM_TEST = (os.path.join(TEST_DIR, 'tpu_pallas_interpret_test.py'),
@@ -581,7 +583,15 @@ def add_changelog_entry(changelog: str, kind: str, entry: str) -> str:
   part = section[tpu:tpu_end].rstrip('\n') + '\n'
   heading = f'* {kind}\n'
   if heading not in part:
-    part += f'\n{heading}\n{item}'
+    # Upstream's order: New features, Changes, Bug fixes, Removals, ...
+    later = [part.index(f'\n* {k}\n') + 1 for k in
+             CHANGELOG_KINDS[CHANGELOG_KINDS.index(kind) + 1:]
+             if f'\n* {k}\n' in part]
+    if later:
+      at = min(later)
+      part = part[:at] + f'{heading}\n{item}\n' + part[at:]
+    else:
+      part += f'\n{heading}\n{item}'
   else:
     at = part.index(heading) + len(heading)
     following = part.find('\n* ', at)
@@ -634,7 +644,8 @@ def run_linters(worktree: str, python: str,
                 files: list[str]) -> list[tuple[str, str]]:
   """Runs ruff and pyrefly (if installed beside ``python``) on the files.
 
-  Both read upstream's ``pyproject.toml``.
+  Both read upstream's ``pyproject.toml``; pyrefly gets only the files under
+  ``jax/``, as upstream's ``project-includes``.
 
   Returns:
     ``(command, result)`` per linter found.
@@ -642,14 +653,17 @@ def run_linters(worktree: str, python: str,
   results = []
   files = [f for f in files if f.endswith('.py')]
   bindir = os.path.dirname(python)
-  for tool, args in (('ruff', ['check']), ('pyrefly', ['check'])):
+  # pyrefly checks what upstream's configuration includes: jax/, not tests.
+  for tool, args, checked in (
+      ('ruff', ['check'], files),
+      ('pyrefly', ['check'], [f for f in files if f.startswith('jax/')])):
     exe = os.path.join(bindir, tool)
-    if not os.path.exists(exe):
+    if not os.path.exists(exe) or not checked:
       continue
-    proc = subprocess.run([exe, *args, *files], cwd=worktree,
+    proc = subprocess.run([exe, *args, *checked], cwd=worktree,
                           capture_output=True, text=True, check=False)
     output = (proc.stdout + proc.stderr).strip().splitlines()
-    results.append((f'{tool} {" ".join(args)} {" ".join(files)}',
+    results.append((f'{tool} {" ".join(args)} {" ".join(checked)}',
                     f'exit code {proc.returncode}'
                     + (f': {output[-1].strip()}' if output else '')))
   return results

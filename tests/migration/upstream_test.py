@@ -233,8 +233,10 @@ class UpstreamExportTest(absltest.TestCase):
     self.assertLess(unreleased.index('### TPU'),
                     unreleased.index('### Mosaic GPU'))
     self.assertEqual(unreleased.count('\n  * '), 2 + len(series.patches))
-    self.assertIn('* Bug fixes\n', unreleased)
-    self.assertIn('* New features\n', unreleased)
+    # Upstream's order within a part: New features before Bug fixes.
+    tpu = unreleased.split('### TPU')[1].split('###')[0]
+    self.assertLess(tpu.index('* New features\n'), tpu.index('* Bug fixes\n'))
+    self.assertEqual(tpu.count('\n  * '), len(series.patches))
     self.assertNotIn('{class}`jax.experimental.pallas.tpu.TensorCoreMesh`',
                      changelog)
 
