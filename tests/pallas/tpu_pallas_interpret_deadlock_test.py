@@ -106,15 +106,19 @@ class InterpretDeadlockTest(test_util.InterpretTestCase):
     @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
         mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=1),
+        scratch_types=[pltpu.VMEM((8, 128), jnp.float32)],
         interpret=pltpu.InterpretParams(
             allow_non_decrementing_semaphore_wait=True,
             allow_collective_axes_in_run_scoped=True,
         ),
     )
-    def kernel(o_ref):
+    def kernel(o_ref, vmem_ref):
       def body(sem):
         pl.semaphore_signal(sem, 2)
         pl.semaphore_wait(sem, 3, decrement=False)
+        # Never reached: the output is written after the wait.
+        vmem_ref[...] = jnp.ones((8, 128), jnp.float32)
+        pltpu.sync_copy(vmem_ref, o_ref)
 
       pl.run_scoped(body, pltpu.SemaphoreType.REGULAR)
 
