@@ -77,6 +77,25 @@ def _best(results: Sequence[Result], clock: str, name: str) -> float:
   return _median([min(r[clock][name]) for r in results])
 
 
+@dataclasses.dataclass(frozen=True)
+class Ratio:
+  """Function `a` against function `b` of the same processes."""
+  a_ms: float  # ESTIMATOR of `a`, in ms.
+  b_ms: float
+  ratio: float  # a_ms / b_ms
+  medians: float  # The same from the medians of all calls, CPU time.
+  wall: float  # The same from the medians of all calls, wall time.
+
+
+def ratio(results: Sequence[Result], a: str, b: str) -> Ratio:
+  """Compares two functions timed in the same processes."""
+  a_ms, b_ms = (1e3 * _best(results, 'cpu', name) for name in (a, b))
+  medians, wall = (_median(_pooled(results, clock, a))
+                   / _median(_pooled(results, clock, b))
+                   for clock in ('cpu', 'wall'))
+  return Ratio(a_ms, b_ms, a_ms / b_ms, medians, wall)
+
+
 ESTIMATOR = ('CPU time (all threads, time.process_time) of the fastest call '
              'of each process, median over the processes')
 
@@ -151,20 +170,15 @@ def deadlock_cost(results: Sequence[Result], goal: float = 1.05) -> Figure:
                    f'{"ratio":>6s} {"medians":>7s} {"wall":>5s} '
                    f'{"callbacks":>9s}  verdict')
   for name in ('mesh_8x4', 'core_map_2'):
-    on, off = (1e3 * _best(results, 'cpu', f'{name}_{s}')
-               for s in ('on', 'off'))
-    ratio = on / off
-    medians, wall = (
-        _median(_pooled(results, clock, f'{name}_on'))
-        / _median(_pooled(results, clock, f'{name}_off'))
-        for clock in ('cpu', 'wall'))
-    cb = {r['callbacks'][f'{name}_{s}'] for r in results for s in ('on', 'off')}
-    v = verdict(ratio, goal)
-    fig.lines.append(f'{name:12s} {off:8.2f} {on:8.2f} {ratio:6.3f} '
-                     f'{medians:7.3f} {wall:5.2f} '
+    r = ratio(results, f'{name}_on', f'{name}_off')
+    cb = {res['callbacks'][f'{name}_{s}']
+          for res in results for s in ('on', 'off')}
+    v = verdict(r.ratio, goal)
+    fig.lines.append(f'{name:12s} {r.b_ms:8.2f} {r.a_ms:8.2f} {r.ratio:6.3f} '
+                     f'{r.medians:7.3f} {r.wall:5.2f} '
                      f'{"/".join(map(str, sorted(cb))):>9s}  {v}')
     fig.checks.append(Check(f'deadlock detection on/off, {name}',
-                            f'{ratio:.3f}', f'<= {goal}', v))
+                            f'{r.ratio:.3f}', f'<= {goal}', v))
     if len(cb) != 1:
       fig.checks.append(Check(
           f'callbacks {name} on = off', '/'.join(map(str, sorted(cb))),
@@ -304,31 +318,24 @@ def collective(results: Sequence[Result], goal: float = 1.1) -> Figure:
   fig.lines.append(f'{"table":9s} {"private ms":>10s} {"collective":>10s} '
                    f'{"ratio":>6s} {"medians":>7s} {"wall":>5s}  verdict')
   for scenario in ('copy', 'computed'):
-    c_ms, p_ms = (1e3 * _best(results, 'cpu', f'{k}_{scenario}')
-                  for k in ('collective', 'private'))
-    ratio = c_ms / p_ms
-    medians, wall = (
-        _median(_pooled(results, clock, f'collective_{scenario}'))
-        / _median(_pooled(results, clock, f'private_{scenario}'))
-        for clock in ('cpu', 'wall'))
-    v = verdict(ratio, goal)
-    fig.lines.append(f'{scenario:9s} {p_ms:10.2f} {c_ms:10.2f} {ratio:6.3f} '
-                     f'{medians:7.3f} {wall:5.2f}  {v}')
+    r = ratio(results, f'collective_{scenario}', f'private_{scenario}')
+    v = verdict(r.ratio, goal)
+    fig.lines.append(f'{scenario:9s} {r.b_ms:10.2f} {r.a_ms:10.2f} '
+                     f'{r.ratio:6.3f} {r.medians:7.3f} {r.wall:5.2f}  {v}')
     fig.checks.append(Check(f'collective / private, {scenario}',
-                            f'{ratio:.3f}', f'<= {goal}', v))
+                            f'{r.ratio:.3f}', f'<= {goal}', v))
   callbacks = results[0].get('callbacks', {})
   copy_check = fig.checks[0]
   extra = (callbacks.get('collective_copy', 0)
            - callbacks.get('private_copy', 0))
   if copy_check.verdict != 'goal met' and extra > 0:
-    c_ms, p_ms = (1e3 * _best(results, 'cpu', f'{k}_copy')
-                  for k in ('collective', 'private'))
+    r = ratio(results, 'collective_copy', 'private_copy')
     fig.lines.append(
         f'copy floor: the collective kernel runs {extra} more interpreter '
         f'callbacks per call than the private one ('
         f'{callbacks["collective_copy"]} vs {callbacks["private_copy"]}: '
         'the scope\'s allocations, signals and waits), '
-        f'{(c_ms - p_ms) / extra:.3f} ms each, while the 3 table copies it '
+        f'{(r.a_ms - r.b_ms) / extra:.3f} ms each, while the 3 table copies it '
         'saves are memcpys of microseconds; in interpret mode sharing a '
         'table that is only copied cannot be cheaper than copying it.')
     copy_check.verdict += ' (floor explained above)'

@@ -171,7 +171,7 @@ class ForkAllTest(_ForkCase):
       self):
     self.run_tool('fork', '--all')
     signal = next(p for p in self.series.patches
-                  if p.subject.startswith('[pallas:tpu] Signal'))
+                  if 'signal the calling core' in p.subject)
     path = os.path.join(self.fork, *signal.files[0].split('/'))
     with open(path, encoding='utf-8') as f:
       text = f.read()
