@@ -55,11 +55,17 @@ Commands:
             files and the released jax wheels (downloaded with pip into
             ~/.cache/jax-interpret-patches/wheels).
   export-upstream
-            Maintainers: for each feature, one squashed commit on top of the
-            jax checkout --jax_repo (left untouched): the interpreter change,
-            its tests in tests/pallas/ with BUILD targets, and a changelog
-            entry; written with git format-patch into -o DIR (default
-            dist/upstream/) for `git am --keep-non-patch`. Nothing is
+            Maintainers: a stack of single-commit pull requests on top of
+            the jax checkout --jax_repo (left untouched), one per patch of
+            the series, in order: the patch's interpreter change, its test
+            methods added to upstream's tpu_pallas_interpret_test.py and
+            tpu_pallas_interpret_distributed_test.py, and its changelog
+            entry; the patch's message without the DEP-3 header, authored by
+            your git identity. Written with git format-patch into -o DIR
+            (default dist/upstream/) for `git am --keep-non-patch`, each
+            with a pull request description (.md) beside it; with
+            --test_python, upstream's interpret tests run before and after
+            each commit and the descriptions give the results. Nothing is
             submitted.
 
 Exit codes:
@@ -177,6 +183,12 @@ _SERIES = flags.DEFINE_string(
     'series', None,
     'export-upstream: the series to export (default: the one that applies '
     'exactly to the checkout); drift: the series whose lines to print.')
+_TEST_PYTHON = flags.DEFINE_string(
+    'test_python', None,
+    'export-upstream: a Python with jaxlib and pytest for the checkout; '
+    'upstream\'s interpret tests (and ruff and pyrefly, if installed beside '
+    'it) run before the stack and after each commit (minutes each), and the '
+    'pull request descriptions give the commands and results.')
 _FORK_DIR = flags.DEFINE_string(
     'fork_dir', None,
     'fork/refresh: the fork folder (default: jax_fork/ beside patches/).')
@@ -529,11 +541,12 @@ def _export_upstream(patches_dir: str) -> tuple[int, str]:
                 else os.path.join('dist', 'upstream'))
   written = upstream.export(os.path.abspath(_JAX_REPO.value), output_dir,
                             tests_dir, manifest_lib.load(patches_dir),
-                            _SERIES.value)
+                            _SERIES.value, _TEST_PYTHON.value)
   if _JSON.value:
     return 0, report.to_json({'command': 'export-upstream', 'ok': True,
                               'exit_code': 0, 'patches': written})
-  return 0, ('Wrote one commit per feature; apply them in order in the jax '
+  return 0, ('Wrote one commit per patch, each with its pull request '
+             'description (.md) beside it; apply them in order in the jax '
              'checkout with git am --keep-non-patch:\n'
              + '\n'.join(f'  {p}' for p in written))
 

@@ -1,28 +1,37 @@
-"""Export each feature as one squashed commit for an upstream pull request.
+"""Export the series as a stack of single-commit upstream pull requests.
 
-Upstream jax asks for one commit per pull request. A feature here is one or
-more patches of a series plus the test files that cover them. For each
-feature, in order, on a scratch worktree of the given jax checkout (the
-checkout itself is never touched), the export
+Upstream jax asks for one commit per pull request. Each patch of a series is
+one change and one commit of the stack, in series order. For each patch, on
+a scratch worktree of the given jax checkout (the checkout itself is never
+touched), the export
 
-1. applies the feature's patches exactly (``git apply``, no fuzz), or, if
-   no series applies exactly to the checkout, rebases them onto it with a
+1. applies the patch exactly (``git apply``, no fuzz), or, if no series
+   applies exactly to the checkout, rebases it onto the checkout with a
    three-way merge (``git merge-file``) from the released files the series
    was made against; any conflict stops the export;
-2. adds its test files to ``tests/pallas/``, with the shared test helper
-   inlined (upstream's interpret tests are self-contained files) and the
-   code kept for older jax releases left out (``for_jax_head``), and a
-   ``jax_multiplatform_test`` target per file to ``tests/pallas/BUILD``;
-3. adds an entry to the unreleased section of ``docs/pallas/CHANGELOG.md``;
-4. commits with a message for reviewers and writes it with
-   ``git format-patch``, ready for ``git am --keep-non-patch`` (which keeps
-   the ``[pallas:tpu]`` tag of the subject).
+2. adds the test methods of the patch's test classes (``CHANGES``) to
+   upstream's existing test classes: a test class of this repository's
+   ``tests/pallas`` holds one patch's tests, and the export copies its
+   methods' source (found with ``ast``) to the end of upstream's
+   ``InterpretTest`` (``tpu_pallas_interpret_test.py``) or
+   ``InterpretDistributedTest`` (``tpu_pallas_interpret_distributed_test.py``),
+   without the code fenced for older releases (``for_jax_head``), adding
+   the imports they need; a method that uses a name upstream's file lacks,
+   or whose name upstream's class already has, stops the export;
+3. adds the patch's entry to the ``### TPU`` part of the unreleased section
+   of ``docs/pallas/CHANGELOG.md``;
+4. commits with the patch's message without its DEP-3 header, authored by
+   the user's git identity, and writes it with ``git format-patch``, ready
+   for ``git am --keep-non-patch`` (which keeps the ``[Pallas]`` tag), with a
+   pull request description beside it (``NNNN-....md``).
 
 Nothing is pushed or submitted: a person reviews and submits.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import dataclasses
 import os
 import re
@@ -41,131 +50,145 @@ from migration import wheels
 
 TEST_DIR = os.path.join('tests', 'pallas')
 HELPER = 'tpu_interpret_test_util'
-BUILD = os.path.join(TEST_DIR, 'BUILD')
 CHANGELOG = os.path.join('docs', 'pallas', 'CHANGELOG.md')
-CHANGELOG_SECTION = '### Mosaic TPU interpret mode'
+CHANGELOG_SECTION = '### TPU'
+CHANGELOG_KINDS = ('New features', 'Changes', 'Bug fixes', 'Removals',
+                   'Deprecations')
+# Upstream's test files and classes that receive our tests: a file of ours
+# named `*_distributed_test.py` goes to the distributed one.
+UPSTREAM_TEST = (os.path.join(TEST_DIR, 'tpu_pallas_interpret_test.py'),
+                 'InterpretTest')
+UPSTREAM_DISTRIBUTED_TEST = (
+    os.path.join(TEST_DIR, 'tpu_pallas_interpret_distributed_test.py'),
+    'InterpretDistributedTest')
+# The only paths an exported commit may touch.
+ALLOWED_PATHS = ('jax/_src/pallas/mosaic/interpret/', 'tests/pallas/',
+                 'docs/pallas/CHANGELOG.md')
+# Upstream runs these; an exported commit keeps them passing.
+UPSTREAM_TEST_COMMANDS = (
+    ('tests/pallas/tpu_pallas_interpret_test.py',),
+    ('tests/pallas/tpu_pallas_interpret_distributed_test.py', '-k',
+     'not emit_pipeline'),
+)
 
 # The tests also run on older jax releases. The code that only those need is
-# fenced by these comment lines in the helper and the tests; inside a fence,
-# a comment `# At jax HEAD: <code>` gives the code that replaces the fence.
+# fenced by these comment lines; inside a fence, a comment
+# `# At jax HEAD: <code>` gives the code that replaces the fence.
 OLDER_RELEASES_BEGIN = '# Older jax releases: begin.'
 OLDER_RELEASES_END = '# Older jax releases: end.'
 AT_HEAD = '# At jax HEAD: '
-# Uses of the helper's shims for older releases, and their HEAD equivalents
-# (the inlined helper imports `mosaic_interpret` itself).
+# Uses of the helper's shims for older releases, and their HEAD equivalents.
 HEAD_EQUIVALENTS = {
     'test_util.kernel(': 'pl.kernel(',
     'test_util.reset_after_failure()':
         'pltpu.reset_tpu_interpret_mode_state()',
-    f'from {HELPER} import mosaic_interpret\n': '',
+    'test_util.interpret_params(': 'pltpu.InterpretParams(',
+    'test_util.tensorcore_mesh(': 'pltpu.TensorCoreMesh(',
+}
+# Imports of our test files that upstream's files spell differently.
+HEAD_IMPORTS = {
+    'mosaic_interpret': 'from jax._src.pallas.mosaic.interpret import '
+                        'interpret_pallas_call as mosaic_interpret',
 }
 
-# Why reviewers should take interpret-mode support that the compiler lacks.
-REVIEWER_NOTE = """\
-Note for reviewers: Mosaic TPU lowering still rejects this, so TPU interpret
-mode now accepts kernels that the TPU compiler refuses. That is still useful:
-interpret mode is where kernels are written and debugged on CPU, the
-semantics follow the public docstrings (and Mosaic GPU, which implements
-them on hardware), and a kernel that works in interpret mode is ready for
-the day the compiler catches up."""
+
+# Patches of a series that are not exported (yet), and why. They come last in
+# their series, so the stack before them is the same.
+NOT_EXPORTED = {
+    '0006': 'the SparseCore change and its tests are larger than one pull '
+            'request should be (over 900 added lines); it is to be split '
+            'into smaller ones first.',
+}
 
 
 @dataclasses.dataclass(frozen=True)
-class Feature:
-  """One pull request: patches of a series and the tests that cover them."""
-  key: str
-  title: str
-  patch_prefixes: tuple[str, ...]
-  tests: tuple[str, ...]
+class TestClass:
+  """A test class of this repository's ``tests/pallas``."""
+  file: str
+  name: str
+
+  @property
+  def upstream(self) -> tuple[str, str]:
+    """Upstream's test file (relative to the checkout) and class."""
+    return (UPSTREAM_DISTRIBUTED_TEST if '_distributed_' in self.file
+            else UPSTREAM_TEST)
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+  """One pull request: a patch of the series, its tests and changelog."""
+  prefix: str
+  tests: tuple[TestClass, ...]
+  changelog_kind: str
   changelog: str
-  # Ends the commit message.
-  reviewer_note: str = REVIEWER_NOTE
 
 
-FEATURES = (
-    Feature(
-        key='nondecrementing-wait',
-        title='[pallas:tpu] Support non-decrementing semaphore waits and '
-        'pl.semaphore_read in TPU interpret mode.',
-        patch_prefixes=('0001', '0002', '0003'),
-        tests=('tpu_pallas_interpret_semaphore_test.py',
-               'tpu_pallas_interpret_semaphore_distributed_test.py'),
+_SEMAPHORE = 'tpu_pallas_interpret_semaphore_test.py'
+_COLLECTIVE = 'tpu_pallas_interpret_collective_test.py'
+_DEADLOCK = 'tpu_pallas_interpret_deadlock_test.py'
+
+
+def _distributed(name: str) -> str:
+  return name.replace('_test.py', '_distributed_test.py')
+
+
+CHANGES = (
+    Change(
+        prefix='0001',
+        tests=(TestClass(_SEMAPHORE, 'InterpretLocalSignalTest'),),
+        changelog_kind='Bug fixes',
+        changelog=(
+            'In TPU interpret mode, '
+            '{func}`jax.experimental.pallas.semaphore_signal` without '
+            '``core_index`` now signals the calling core, as on TPU, instead '
+            'of core 0.'),
+    ),
+    Change(
+        prefix='0002',
+        tests=(TestClass(_SEMAPHORE, 'InterpretSemaphoreReadTest'),),
+        changelog_kind='New features',
+        changelog=('TPU interpret mode supports '
+                   '{func}`jax.experimental.pallas.semaphore_read`.'),
+    ),
+    Change(
+        prefix='0003',
+        tests=(TestClass(_SEMAPHORE, 'InterpretNonDecrementingWaitTest'),
+               TestClass(_distributed(_SEMAPHORE),
+                         'InterpretSemaphoreDistributedTest')),
+        changelog_kind='New features',
         changelog=(
             'TPU interpret mode supports '
             '{func}`jax.experimental.pallas.semaphore_wait` with '
-            '``decrement=False`` and {func}`jax.experimental.pallas.'
-            'semaphore_read`, and {func}`jax.experimental.pallas.'
-            'semaphore_signal` without ``core_index`` now signals the calling '
-            'core instead of core 0.'),
+            '``decrement=False`` when '
+            '{class}`jax.experimental.pallas.tpu.InterpretParams` has '
+            '``allow_non_decrementing_semaphore_wait=True``. The Mosaic TPU '
+            'compiler does not support non-decrementing waits.'),
     ),
-    Feature(
-        key='collective-run-scoped',
-        title='[pallas:tpu] Support run_scoped with collective_axes in TPU '
-        'interpret mode.',
-        patch_prefixes=('0004',),
-        tests=('tpu_pallas_interpret_collective_test.py',
-               'tpu_pallas_interpret_collective_distributed_test.py'),
+    Change(
+        prefix='0004',
+        tests=(TestClass(_COLLECTIVE, 'InterpretCollectiveRunScopedTest'),
+               TestClass(_distributed(_COLLECTIVE),
+                         'InterpretCollectiveRunScopedDistributedTest')),
+        changelog_kind='New features',
         changelog=(
             'TPU interpret mode supports '
             '{func}`jax.experimental.pallas.run_scoped` with '
-            '``collective_axes`` over the core axis of a '
-            '{class}`jax.experimental.pallas.tpu.TensorCoreMesh`.'),
+            '``collective_axes`` over the core axis of a TensorCore mesh '
+            'when {class}`jax.experimental.pallas.tpu.InterpretParams` has '
+            '``allow_collective_axes_in_run_scoped=True``. The Mosaic TPU '
+            'compiler does not support collective scopes.'),
     ),
-    Feature(
-        key='deadlock-detection',
-        title='[pallas:tpu] Detect deadlocks in TPU interpret mode.',
-        patch_prefixes=('0005',),
-        tests=('tpu_pallas_interpret_deadlock_test.py',
-               'tpu_pallas_interpret_deadlock_distributed_test.py'),
+    Change(
+        prefix='0005',
+        tests=(TestClass(_DEADLOCK, 'InterpretDeadlockTest'),
+               TestClass(_distributed(_DEADLOCK),
+                         'InterpretDeadlockDistributedTest')),
+        changelog_kind='New features',
         changelog=(
-            'TPU interpret mode raises an error, instead of hanging, when no '
-            'core can make progress; '
-            '``InterpretParams(detect_deadlocks=False)`` turns this off.'),
-    ),
-    Feature(
-        key='sparsecore',
-        title='[pallas:tpu] Run every subcore of a SparseCore mesh in TPU '
-        'interpret mode.',
-        patch_prefixes=('0006',),
-        tests=('tpu_pallas_interpret_sparsecore_test.py',),
-        changelog=(
-            'TPU interpret mode runs every core and subcore of a '
-            '{class}`jax.experimental.pallas.tpu_sc.VectorSubcoreMesh` or '
-            '{class}`jax.experimental.pallas.tpu_sc.ScalarSubcoreMesh`, with '
-            '``VMEM_SHARED`` shared by the subcores of a SparseCore, and '
-            'supports {func}`jax.experimental.pallas.tpu_sc.subcore_barrier`, '
-            '{func}`jax.experimental.pallas.tpu_sc.load_gather`, '
-            '{func}`jax.experimental.pallas.tpu_sc.store_scatter`, '
-            '{func}`jax.experimental.pallas.tpu_sc.parallel_loop`, masked '
-            'loads and ``collective_axes`` over the subcore axis.'),
-        reviewer_note=(
-            'Note for reviewers: apart from `collective_axes` (behind\n'
-            '`allow_collective_axes_in_run_scoped`, as on a TensorCoreMesh),\n'
-            'this makes interpret mode do what SparseCore hardware does; it\n'
-            'ran only one subcore before.'),
+            'TPU interpret mode raises an error that names every blocked '
+            'wait, instead of hanging, when no core can make progress.'),
     ),
 )
-
-_BUILD_TARGET = '''
-jax_multiplatform_test(
-    name = "{name}",
-    srcs = [
-        "{name}.py",
-    ],
-    enable_backends = ["cpu"],
-    tags = [
-        "nomsan",
-        "notsan",
-    ],
-    deps = [
-        "//jax/experimental:pallas",
-        "//jax/experimental:pallas_tpu",
-    ] + py_deps([
-        "absl/testing",
-        "numpy",
-    ]),
-)
-'''
 
 
 def _git(args: list[str], cwd: str) -> str:
@@ -252,12 +275,12 @@ def nearest_series(manifest: manifest_lib.Manifest,
   return max(manifest.series.values(), key=newest)
 
 
-def feature_states(series: manifest_lib.Series,
-                   wheel_dirs: tuple[str, ...] = ()) -> list[dict[str, str]]:
-  """Returns the touched files before the first feature and after each one.
+def patch_states(series: manifest_lib.Series,
+                 wheel_dirs: tuple[str, ...] = ()) -> list[dict[str, str]]:
+  """Returns the touched files before the first patch and after each one.
 
   The files come from the released wheel of the newest version the series
-  serves, with the series applied feature by feature.
+  serves, with the series applied patch by patch.
 
   Args:
     series: the series.
@@ -265,7 +288,7 @@ def feature_states(series: manifest_lib.Series,
 
   Returns:
     ``states[0]`` is the released files, ``states[k]`` the files after the
-    first ``k`` features; each maps a path to its text.
+    first ``k`` patches; each maps a path to its text.
 
   Raises:
     PatchDataError: the series does not apply to its own release.
@@ -285,23 +308,21 @@ def feature_states(series: manifest_lib.Series,
       return out
 
     states = [snapshot()]
-    for feature in FEATURES:
-      for patch in series.patches:
-        if patch.name.startswith(feature.patch_prefixes):
-          ok, output = gitapply.try_apply(patch.path, tmp, check_only=False)
-          if not ok:
-            raise errors.PatchDataError(
-                f'{patch.name} does not apply to jax {version}:\n{output}')
+    for patch in series.patches:
+      ok, output = gitapply.try_apply(patch.path, tmp, check_only=False)
+      if not ok:
+        raise errors.PatchDataError(
+            f'{patch.name} does not apply to jax {version}:\n{output}')
       states.append(snapshot())
   return states
 
 
-def merge_feature(worktree: str, before: dict[str, str],
-                  after: dict[str, str], feature: Feature) -> None:
-  """Rebases one feature onto the worktree with ``git merge-file``.
+def merge_patch(worktree: str, before: dict[str, str],
+                after: dict[str, str], patch: manifest_lib.Patch) -> None:
+  """Rebases one patch onto the worktree with ``git merge-file``.
 
   Raises:
-    ConflictError: a file does not merge cleanly; names the file.
+    ConflictError: a file does not merge cleanly; names the patch and file.
   """
   with tempfile.TemporaryDirectory(prefix='export-merge-') as tmp:
     for f in after:
@@ -318,7 +339,7 @@ def merge_feature(worktree: str, before: dict[str, str],
           capture_output=True, text=True, check=False)
       if proc.returncode:
         raise errors.ConflictError(
-            f'Feature {feature.key}: {f} does not merge cleanly onto the '
+            f'{patch.name}: {f} does not merge cleanly onto the '
             f'checkout ({proc.returncode} conflict(s)); rebase the series '
             'onto it by hand (python -m migration fork).')
       with open(os.path.join(worktree, f), 'w', encoding='utf-8') as fh:
@@ -358,87 +379,192 @@ def for_jax_head(source: str) -> str:
   return text
 
 
-def inline_helper(test_source: str, helper_source: str) -> str:
-  """Returns a test file with the shared helper module inlined.
 
-  The helper's standard-library imports join the test's first import block
-  (kept sorted), its other imports replace the test's import of the helper,
-  its definitions go before the test's first definition, and ``test_util.``
-  prefixes are dropped.
+
+def extract_methods(source: str, class_name: str) -> list[tuple[str, str]]:
+  """Returns the methods of a test class as upstream gets them.
+
+  Every method but ``setUp``/``tearDown`` (and their class forms), with its
+  decorators and the comment lines right above it, without the code fenced
+  for older releases (``for_jax_head``).
 
   Args:
-    test_source: a test file that does ``import tpu_interpret_test_util as
-      test_util``.
-    helper_source: the helper module.
+    source: a test file of this repository.
+    class_name: the class in it.
+
+  Returns:
+    ``(name, text)`` per method, in the file's order; ``text`` ends with a
+    newline and is indented as a method.
+
+  Raises:
+    PatchDataError: the file has no such class, or it has no test method.
   """
-  import_line = f'import {HELPER} as test_util\n'
-  if import_line not in test_source:
-    return test_source
-  helper_lines = helper_source.splitlines(keepends=True)
-  last_import = max(i for i, l in enumerate(helper_lines)
-                    if l.startswith(('import ', 'from ')))
-  helper_imports = [l for l in helper_lines[:last_import + 1]
-                    if l.startswith(('import ', 'from '))
-                    and not l.startswith('from __future__')]
-  definitions = ''.join(helper_lines[last_import + 1:]).strip() + '\n\n\n'
-  test_lines = set(test_source.splitlines(keepends=True))
-  new_imports = [l for l in helper_imports if l not in test_lines]
-  stdlib = [l for l in new_imports if _is_stdlib_import(l)]
-  other = [l for l in new_imports if not _is_stdlib_import(l)]
-  out = _merge_imports(test_source, import_line, other)
-  block = re.search(r'^((?:import |from )[^\n]*\n)+', out, re.M)
-  assert block is not None
-  if stdlib and all(_is_stdlib_import(l)
-                    for l in block.group(0).splitlines(keepends=True)):
-    merged = sorted(set(block.group(0).splitlines(keepends=True)) |
-                    set(stdlib), key=lambda l: l.split()[1])
-    out = out[:block.start()] + ''.join(merged) + out[block.end():]
-  elif stdlib:
-    out = (out[:block.start()] + ''.join(sorted(stdlib)) + '\n'
-           + out[block.start():])
-  anchor = re.search(r'^(# TODO\(jburnim\)|@jtu\.|class |def )', out, re.M)
-  assert anchor is not None
-  out = out[:anchor.start()] + definitions + out[anchor.start():]
-  return out.replace('test_util.', '')
+  tree = ast.parse(source)
+  classes = [n for n in tree.body
+             if isinstance(n, ast.ClassDef) and n.name == class_name]
+  if not classes:
+    raise errors.PatchDataError(f'No test class {class_name}.')
+  lines = source.splitlines(keepends=True)
+  methods = []
+  for node in classes[0].body:
+    if not isinstance(node, ast.FunctionDef) or node.name in (
+        'setUp', 'tearDown', 'setUpClass', 'tearDownClass'):
+      continue
+    start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+    while start > 0 and lines[start - 1].strip().startswith('#'):
+      start -= 1
+    methods.append((node.name,
+                    for_jax_head(''.join(lines[start:node.end_lineno]))))
+  if not any(name.startswith('test') for name, _ in methods):
+    raise errors.PatchDataError(f'{class_name} has no test method.')
+  return methods
 
 
-def _merge_imports(source: str, replaced: str, lines: list[str]) -> str:
-  """Replaces the import line `replaced` with `lines`, keeping its block sorted.
+def free_names(method: str) -> set[str]:
+  """Returns the names a method uses but neither binds nor gets as builtins."""
+  tree = ast.parse(textwrap.dedent(method))
+  loaded, bound = set(), set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Name):
+      (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+    elif isinstance(node, ast.arg):
+      bound.add(node.arg)
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                           ast.ClassDef)):
+      bound.add(node.name)
+    elif isinstance(node, ast.ExceptHandler) and node.name:
+      bound.add(node.name)
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      bound.update((a.asname or a.name).split('.')[0] for a in node.names)
+  return loaded - bound - set(dir(builtins)) - {'__file__', '__name__'}
 
-  Imports sort by module name, as in upstream's files.
+
+def module_names(source: str) -> set[str]:
+  """Returns the names a module defines or imports at its top level."""
+  names = set()
+  for node in ast.parse(source).body:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      names.update((a.asname or a.name).split('.')[0] for a in node.names)
+    elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+      names.add(node.name)
+    elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+      targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+      for target in targets:
+        names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+  return names
+
+
+def import_lines(source: str) -> dict[str, str]:
+  """Returns, per name a test file imports, the import that binds it.
+
+  The helper module is left out; ``HEAD_IMPORTS`` replace what our files
+  get from it.
   """
-  start = source.index(replaced)
-  block_start = source.rfind('\n\n', 0, start) + 2
-  block_end = source.find('\n\n', start) + 1
-  block = source[block_start:block_end].splitlines(keepends=True)
-  block.remove(replaced)
-  merged = sorted(block + lines, key=lambda l: l.split()[1])
-  return source[:block_start] + ''.join(merged) + source[block_end:]
+  lines = {}
+  for node in ast.parse(source).body:
+    for alias in getattr(node, 'names', ()) if isinstance(
+        node, (ast.Import, ast.ImportFrom)) else ():
+      suffix = f' as {alias.asname}' if alias.asname else ''
+      if isinstance(node, ast.Import):
+        line = f'import {alias.name}{suffix}'
+      else:
+        line = f'from {node.module} import {alias.name}{suffix}'
+      if HELPER not in line:
+        lines[(alias.asname or alias.name).split('.')[0]] = line
+  lines.update(HEAD_IMPORTS)
+  return lines
 
 
-def _is_stdlib_import(line: str) -> bool:
-  return line.split()[1].split('.')[0] not in ('jax', 'absl', 'numpy')
+def _import_key(line: str) -> str:
+  return line.split()[1]
 
 
-def add_build_targets(build: str, names: list[str]) -> str:
-  """Returns ``tests/pallas/BUILD`` with a test target per name added.
+def _is_third_party(line: str) -> bool:
+  return _import_key(line).split('.')[0] in ('absl', 'jax', 'numpy')
 
-  The targets follow upstream's ``tpu_pallas_interpret_distributed_test``
-  and go right after it (at the end if it is missing).
+
+def add_import(source: str, line: str) -> str:
+  """Returns a test file with an import added to its sorted import block.
+
+  Standard-library imports go to the first block, the others to the block of
+  ``absl``/``jax``/``numpy`` imports, each at its place by module name, as
+  upstream sorts them.
   """
-  targets = ''.join(_BUILD_TARGET.format(name=n) for n in names
-                    if f'name = "{n}"' not in build)
-  match = re.search(
-      r'^jax_multiplatform_test\(\n    name = '
-      r'"tpu_pallas_interpret_distributed_test",\n.*?^\)\n', build,
-      re.M | re.S)
-  if match is None:
-    return build.rstrip('\n') + '\n' + targets
-  return build[:match.end()] + targets + build[match.end():]
+  tree = ast.parse(source)
+  imports = [n for n in tree.body
+             if isinstance(n, (ast.Import, ast.ImportFrom))]
+  lines = source.splitlines(keepends=True)
+  third_party = _is_third_party(line)
+  block = [n for n in imports
+           if _is_third_party(ast.get_source_segment(source, n)) == third_party]
+  if not block:
+    # A first standard-library import: its own block before the others.
+    first = imports[0].lineno - 1
+    lines[first:first] = [line + '\n', '\n']
+    return ''.join(lines)
+  for node in block:
+    if _import_key(ast.get_source_segment(source, node)) > _import_key(line):
+      position = node.lineno - 1
+      break
+  else:
+    position = block[-1].end_lineno
+  lines[position:position] = [line + '\n']
+  return ''.join(lines)
 
 
-def add_changelog_entry(changelog: str, entry: str) -> str:
-  """Returns the changelog with ``entry`` in its unreleased section.
+def add_tests(upstream_source: str, class_name: str,
+              methods: list[tuple[str, str]],
+              imports: dict[str, str]) -> str:
+  """Returns upstream's test file with methods added to the end of a class.
+
+  Args:
+    upstream_source: upstream's test file.
+    class_name: its class that gets the methods.
+    methods: ``(name, text)`` of each method (``extract_methods``).
+    imports: the import lines of our test file (``import_lines``).
+
+  Raises:
+    PatchDataError: upstream's class is missing or already has a method of
+      that name, or a method uses a name that neither upstream's file nor an
+      import of our file provides.
+  """
+  tree = ast.parse(upstream_source)
+  classes = [n for n in tree.body
+             if isinstance(n, ast.ClassDef) and n.name == class_name]
+  if not classes:
+    raise errors.PatchDataError(f'Upstream has no test class {class_name}.')
+  existing = {n.name for n in classes[0].body if isinstance(n, ast.FunctionDef)}
+  clashes = sorted(existing & {name for name, _ in methods})
+  if clashes:
+    raise errors.PatchDataError(
+        f'Upstream\'s {class_name} already has {", ".join(clashes)}; rename '
+        'ours.')
+  available = module_names(upstream_source)
+  needed = set()
+  for name, text in methods:
+    missing = free_names(text) - available
+    unknown = sorted(missing - set(imports))
+    if unknown:
+      raise errors.PatchDataError(
+          f'{name} uses {", ".join(unknown)}, which upstream\'s test file '
+          'lacks; use upstream\'s names (or fence the code for older '
+          'releases).')
+    needed |= missing
+  lines = upstream_source.splitlines(keepends=True)
+  end = classes[0].end_lineno
+  lines[end:end] = ['\n' + text for _, text in methods]
+  source = ''.join(lines)
+  for name in sorted(needed):
+    source = add_import(source, imports[name])
+  return source
+
+
+def add_changelog_entry(changelog: str, kind: str, entry: str) -> str:
+  """Returns the changelog with ``entry`` in its unreleased TPU section.
+
+  The entry goes under ``* <kind>`` (e.g. ``New features``, ``Bug fixes``)
+  of the ``### TPU`` part of ``## Unreleased``; both are made if missing
+  (``### TPU`` before the other parts, as in upstream's released sections).
 
   Raises:
     PatchDataError: the changelog has no ``## Unreleased`` section.
@@ -446,41 +572,157 @@ def add_changelog_entry(changelog: str, entry: str) -> str:
   start = changelog.find('\n## Unreleased\n')
   if start < 0:
     raise errors.PatchDataError(f'{CHANGELOG} has no "## Unreleased" section.')
-  end = changelog.find('\n## ', start + 1)
+  start += 1
+  end = changelog.find('\n## ', start)
   end = len(changelog) if end < 0 else end + 1
   section = changelog[start:end]
   item = textwrap.fill(entry, width=80, initial_indent='  * ',
                        subsequent_indent='    ', break_long_words=False,
                        break_on_hyphens=False) + '\n'
-  if CHANGELOG_SECTION in section:
-    section = section.rstrip('\n') + '\n' + item + '\n'
+  tpu = section.find(f'\n{CHANGELOG_SECTION}\n')
+  if tpu < 0:
+    other = section.find('\n### ')
+    at = len(section.rstrip('\n')) + 1 if other < 0 else other + 1
+    section = (section[:at].rstrip('\n') + f'\n\n{CHANGELOG_SECTION}\n\n'
+               + section[at:].lstrip('\n'))
+    tpu = section.find(f'\n{CHANGELOG_SECTION}\n')
+  tpu += 1
+  tpu_end = section.find('\n### ', tpu + 1)
+  tpu_end = len(section) if tpu_end < 0 else tpu_end + 1
+  part = section[tpu:tpu_end].rstrip('\n') + '\n'
+  heading = f'* {kind}\n'
+  if heading not in part:
+    # Upstream's order: New features, Changes, Bug fixes, Removals, ...
+    later = [part.index(f'\n* {k}\n') + 1 for k in
+             CHANGELOG_KINDS[CHANGELOG_KINDS.index(kind) + 1:]
+             if f'\n* {k}\n' in part]
+    if later:
+      at = min(later)
+      part = part[:at] + f'{heading}\n{item}\n' + part[at:]
+    else:
+      part += f'\n{heading}\n{item}'
   else:
-    section = (section.rstrip('\n') + f'\n\n{CHANGELOG_SECTION}\n\n'
-               f'* New features\n\n{item}\n')
-  return changelog[:start] + section + changelog[end:]
+    at = part.index(heading) + len(heading)
+    following = part.find('\n* ', at)
+    at = len(part) if following < 0 else following
+    part = part[:at].rstrip('\n') + '\n' + item + part[at:]
+  part += '\n'
+  section = section[:tpu] + part + section[tpu_end:]
+  return changelog[:start] + section.rstrip('\n') + '\n\n' + changelog[end:]
 
 
-def commit_message(feature: Feature, patches: list[manifest_lib.Patch]) -> str:
-  """Returns the commit message: the patches' explanations and a note."""
-  bodies = []
-  for patch in patches:
-    with open(patch.path, encoding='utf-8') as f:
-      text = f.read()
-    body = text.split('\n\n', 1)[1].split('\n---\n', 1)[0]
-    # The DEP-3 fields are ours, not upstream's.
-    body = re.split(r'\n\nDescription: ', '\n\n' + body.strip(), 1)[0].strip()
-    if len(patches) > 1:
-      body = f'{patch.subject}\n\n{body}'
-    bodies.append(body)
-  tests = ''.join(f'\n- tests/pallas/{t}' for t in feature.tests)
-  return (f'{feature.title}\n\n' + '\n\n'.join(bodies)
-          + f'\n\nTests:{tests}\n\n{feature.reviewer_note}\n')
+DEP3_FIELDS = ('Description', 'Origin', 'Forwarded', 'Applied-Upstream',
+               'Last-Update', 'Bug', 'Author', 'Reviewed-by')
+
+
+def commit_message(patch: manifest_lib.Patch) -> str:
+  """Returns a series patch's commit message without its DEP-3 header."""
+  with open(patch.path, encoding='utf-8') as f:
+    text = f.read()
+  body = text.split('\n\n', 1)[1].split('\n---\n', 1)[0].strip()
+  paragraphs = body.split('\n\n')
+  dep3 = re.compile(rf'^({"|".join(DEP3_FIELDS)}): ')
+  while paragraphs and all(dep3.match(l) or l.startswith(' ')
+                           for l in paragraphs[-1].splitlines()):
+    paragraphs.pop()
+  return f'{patch.subject}\n\n' + '\n\n'.join(paragraphs) + '\n'
+
+
+def run_upstream_tests(worktree: str, python: str) -> list[tuple[str, str]]:
+  """Runs upstream's interpret tests in the worktree with ``python``.
+
+  Returns:
+    ``(command, pytest's summary line)`` per test file.
+  """
+  results = []
+  env = dict(os.environ, PYTHONPATH=worktree)
+  for args in UPSTREAM_TEST_COMMANDS:
+    cmd = [python, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', *args]
+    proc = subprocess.run(cmd, cwd=worktree, env=env, capture_output=True,
+                          text=True, check=False)
+    summary = [l for l in proc.stdout.splitlines()
+               if re.search(r'\d+ (passed|failed|error)', l)]
+    shown = ' '.join(a if ' ' not in a else f'"{a}"' for a in args)
+    results.append((f'PYTHONPATH=$PWD python -m pytest -q {shown}',
+                    summary[-1].strip('= ') if summary
+                    else f'exit code {proc.returncode}'))
+  return results
+
+
+def run_linters(worktree: str, python: str,
+                files: list[str]) -> list[tuple[str, str]]:
+  """Runs ruff and pyrefly (if installed beside ``python``) on the files.
+
+  Both read upstream's ``pyproject.toml``; pyrefly gets only the files under
+  ``jax/``, as upstream's ``project-includes``.
+
+  Returns:
+    ``(command, result)`` per linter found.
+  """
+  results = []
+  files = [f for f in files if f.endswith('.py')]
+  bindir = os.path.dirname(python)
+  # pyrefly checks what upstream's configuration includes: jax/, not tests.
+  for tool, args, checked in (
+      ('ruff', ['check'], files),
+      ('pyrefly', ['check'], [f for f in files if f.startswith('jax/')])):
+    exe = os.path.join(bindir, tool)
+    if not os.path.exists(exe) or not checked:
+      continue
+    proc = subprocess.run([exe, *args, *checked], cwd=worktree,
+                          capture_output=True, text=True, check=False)
+    output = (proc.stdout + proc.stderr).strip().splitlines()
+    results.append((f'{tool} {" ".join(args)} {" ".join(checked)}',
+                    f'exit code {proc.returncode}'
+                    + (f': {output[-1].strip()}' if output else '')))
+  return results
+
+
+def pr_description(message: str, number: int, total: int, stat: str,
+                   tests: list[tuple[str, str, list[str]]],
+                   change: Change, tested: list[str] | None) -> str:
+  """Returns the pull request description of one exported commit.
+
+  Args:
+    message: the commit message.
+    number: the commit's place in the stack (1-based).
+    total: the number of commits in the stack.
+    stat: ``git show --stat`` of the commit.
+    tests: ``(file, class, method names)`` of the tests it adds.
+    change: the change.
+    tested: lines that say how it was tested, or None if not run.
+  """
+  subject, _, body = message.partition('\n\n')
+  depends = ('It applies on upstream main.' if number == 1 else
+             f'It is stacked on PR {number - 1} of {total} of this series '
+             '(send them in order).')
+  added = ''.join(
+      f'- `{cls}` in `{file}`: ' + ', '.join(f'`{m}`' for m in methods) + '\n'
+      for file, cls, methods in tests)
+  how = '\n'.join(tested) if tested else (
+      'Not run by the export. In the checkout, after `git am '
+      '--keep-non-patch` of this patch, run (with jaxlib of the checkout\'s '
+      'version installed):\n\n'
+      + ''.join('    PYTHONPATH=$PWD python -m pytest -q '
+                + ' '.join(a if ' ' not in a else f'"{a}"' for a in args)
+                + '\n' for args in UPSTREAM_TEST_COMMANDS))
+  return (f'# {subject}\n\nPR {number} of {total}. {depends}\n\n'
+          f'## What and why\n\n{body.strip()}\n\n'
+          f'## Changes\n\n```\n{stat.strip(chr(10))}\n```\n\n'
+          f'Tests added to existing classes:\n\n{added}\n'
+          f'Changelog (`{CHANGELOG}`, {CHANGELOG_SECTION[4:]}, '
+          f'{change.changelog_kind}): {change.changelog}\n\n'
+          f'## How it was tested\n\n{how}\n')
 
 
 def export(jax_repo: str, out_dir: str, tests_dir: str,
            manifest: manifest_lib.Manifest,
-           series_name: str | None = None) -> list[str]:
-  """Writes one ``git format-patch`` file per feature, in order.
+           series_name: str | None = None,
+           test_python: str | None = None) -> list[str]:
+  """Writes one ``git format-patch`` file per series patch, in order.
+
+  Beside each patch file ``NNNN-<subject>.patch`` goes its pull request
+  description ``NNNN-<subject>.md``.
 
   Args:
     jax_repo: an upstream jax git checkout; it is not modified.
@@ -488,72 +730,134 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
     tests_dir: this repository's ``tests/pallas``.
     manifest: the loaded manifest.
     series_name: the series to export (default: the one that applies).
+    test_python: a Python with jaxlib (and pytest) of the checkout's
+      version: if given, upstream's interpret tests (and ruff and pyrefly,
+      if installed beside it) run before the first commit and after each,
+      and the descriptions give the commands and results. Slow (minutes per
+      commit).
 
   Returns:
     The paths of the patch files, to ``git am`` in order.
 
   Raises:
     EnvironmentProblem: ``jax_repo`` is not a git checkout of jax.
+    UsageError: git has no user identity to author the commits.
     ConflictError: no series applies exactly, and the three-way rebase of
       the newest series onto the checkout conflicts.
+    PatchDataError: a test class or upstream's test file is not as expected
+      (see ``add_tests``).
   """
   if not os.path.isdir(os.path.join(jax_repo, 'jax', '_src', 'pallas')):
     raise errors.EnvironmentProblem(f'{jax_repo} is not a jax checkout.')
   _git(['rev-parse', '--verify', 'HEAD'], jax_repo)
+  identity = subprocess.run(
+      [gitapply.git_executable(), 'var', 'GIT_AUTHOR_IDENT'], cwd=jax_repo,
+      capture_output=True, text=True, check=False)
+  if identity.returncode:
+    raise errors.UsageError(
+        'git has no user identity to author the commits: set user.name and '
+        'user.email (git config --global), as the person who submits them.')
   states = None
   try:
     series = choose_series(manifest, jax_repo, series_name)
   except errors.ConflictError as exact_failure:
     series = (manifest.series[series_name] if series_name is not None
               else nearest_series(manifest, checkout_version(jax_repo)))
-    states = feature_states(series)
+    states = patch_states(series)
     logging.info('%s\nRebasing %s onto the checkout with three-way merges.',
                  exact_failure, series.name)
-  with open(os.path.join(tests_dir, f'{HELPER}.py'), encoding='utf-8') as f:
-    helper = for_jax_head(f.read())
+  changes = {c.prefix: c for c in CHANGES}
+  for patch in series.patches:
+    if patch.name[:4] in NOT_EXPORTED:
+      logging.warning('Not exporting %s: %s', patch.name,
+                      NOT_EXPORTED[patch.name[:4]])
+  patches = [p for p in series.patches if p.name[:4] not in NOT_EXPORTED]
+  unknown = [p.name for p in patches if p.name[:4] not in changes]
+  if unknown or len(patches) != len(CHANGES):
+    raise errors.PatchDataError(
+        f'{series.name}: export-upstream knows the tests of patches '
+        f'{", ".join(changes)}; the series has {len(patches)} to export '
+        f'({", ".join(unknown) or "none unknown"}); update CHANGES.')
   written = []
   work = tempfile.mkdtemp(prefix='export-upstream-')
   worktree = os.path.join(work, 'jax')
   staged = os.path.join(work, 'out')
-  # Only the files the export touches are checked out; the index holds the
-  # rest of HEAD, so the commits change nothing else.
+  os.makedirs(staged)
+  upstream_tests = sorted({t.upstream[0] for c in CHANGES for t in c.tests})
+  # Only the files the export touches are checked out (all of jax/ and
+  # tests/pallas/ to run tests); the index holds the rest of HEAD, so the
+  # commits change nothing else.
   _git(['worktree', 'add', '--detach', '--no-checkout', worktree, 'HEAD'],
        jax_repo)
   try:
     _git(['read-tree', 'HEAD'], worktree)
-    _git(['checkout', 'HEAD', '--', *series.files, BUILD, CHANGELOG],
-         worktree)
-    for number, feature in enumerate(FEATURES, start=1):
-      patches = [p for p in series.patches
-                 if p.name.startswith(feature.patch_prefixes)]
+    paths = [*series.files, *upstream_tests, CHANGELOG]
+    if test_python:
+      paths += ['jax', TEST_DIR, 'pyproject.toml']
+    _git(['checkout', 'HEAD', '--', *paths], worktree)
+    before = (run_upstream_tests(worktree, test_python) if test_python
+              else None)
+    for number, patch in enumerate(patches, start=1):
+      change = changes[patch.name[:4]]
       if states is None:
-        for patch in patches:
-          gitapply.apply(patch.path, worktree)
+        gitapply.apply(patch.path, worktree)
       else:
-        merge_feature(worktree, states[number - 1], states[number], feature)
-      for test in feature.tests:
-        with open(os.path.join(tests_dir, test), encoding='utf-8') as f:
-          source = inline_helper(for_jax_head(f.read()), helper)
-        with open(os.path.join(worktree, TEST_DIR, test), 'w',
-                  encoding='utf-8') as f:
-          f.write(source)
-      _rewrite(os.path.join(worktree, BUILD), lambda s, ft=feature:
-               add_build_targets(s, [t[:-3] for t in ft.tests]))
-      _rewrite(os.path.join(worktree, CHANGELOG), lambda s, ft=feature:
-               add_changelog_entry(s, ft.changelog))
-      _git(['add', '--', *series.files, BUILD, CHANGELOG,
-            *(os.path.join(TEST_DIR, t) for t in feature.tests)], worktree)
+        merge_patch(worktree, states[number - 1], states[number], patch)
+      added = []
+      for test in change.tests:
+        with open(os.path.join(tests_dir, test.file), encoding='utf-8') as f:
+          ours = f.read()
+        methods = extract_methods(ours, test.name)
+        target, cls = test.upstream
+        _rewrite(os.path.join(worktree, target), lambda s, c=cls, m=methods,
+                 i=import_lines(ours): add_tests(s, c, m, i))
+        added.append((target, cls, [n for n, _ in methods]))
+      _rewrite(os.path.join(worktree, CHANGELOG), lambda s, c=change:
+               add_changelog_entry(s, c.changelog_kind, c.changelog))
+      _git(['add', '--', *series.files, *upstream_tests, CHANGELOG],
+           worktree)
+      message = commit_message(patch)
       subprocess.run(
           [gitapply.git_executable(), 'commit', '-q', '-F', '-'],
-          cwd=worktree, input=commit_message(feature, patches), text=True,
-          capture_output=True, check=True, env=_commit_env(worktree))
+          cwd=worktree, input=message, text=True, capture_output=True,
+          check=True)
       written.append(_git(
           ['format-patch', '-1', '--zero-commit', '--no-signature',
            f'--start-number={number}', '-o', staged, 'HEAD'],
           worktree).strip())
+      tested = None
+      if test_python:
+        after = run_upstream_tests(worktree, test_python)
+        changed = _git(['diff', '--name-only', 'HEAD~1', 'HEAD'],
+                       worktree).split()
+        base = _git(['rev-parse', '--short', f'HEAD~{number}'],
+                    worktree).strip()
+        tested = [
+            f'On upstream {base} '
+            f'with the first {number} patch(es) of this stack applied by '
+            '`git am --keep-non-patch`, jaxlib installed, in the checkout:',
+            '',
+            '| command | before the stack | with this commit |',
+            '| --- | --- | --- |',
+            *(f'| `{cmd}` | {b} | {a} |'
+              for (cmd, b), (_, a) in zip(before, after)),
+            '',
+            '(The emit_pipeline distributed tests hang on 2-core machines '
+            'even without the stack.)',
+            '',
+            *(f'- `{cmd}`: {result}'
+              for cmd, result in run_linters(worktree, test_python,
+                                             changed)),
+        ]
+      stat = _git(['show', '--stat', '--format=', 'HEAD'], worktree)
+      with open(written[-1][:-len('.patch')] + '.md', 'w',
+                encoding='utf-8') as f:
+        f.write(pr_description(message, number, len(patches), stat,
+                               added, change, tested))
     # Only a complete export is written.
     os.makedirs(out_dir, exist_ok=True)
     for i, path in enumerate(written):
+      shutil.copy(path[:-len('.patch')] + '.md', out_dir)
       written[i] = shutil.copy(path, out_dir)
   finally:
     subprocess.run([gitapply.git_executable(), 'worktree', 'remove',
@@ -561,20 +865,6 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
                    check=False)
     shutil.rmtree(work, ignore_errors=True)
   return written
-
-
-def _commit_env(worktree: str) -> dict[str, str]:
-  """The environment for commits: the user's identity, else a neutral one."""
-  env = dict(os.environ)
-  configured = subprocess.run(
-      [gitapply.git_executable(), 'config', 'user.email'], cwd=worktree,
-      capture_output=True, text=True, check=False).stdout.strip()
-  if not configured:
-    for kind in ('AUTHOR', 'COMMITTER'):
-      env.setdefault(f'GIT_{kind}_NAME', 'jax-interpret-patches')
-      env.setdefault(f'GIT_{kind}_EMAIL',
-                     'jax-interpret-patches@users.noreply.github.com')
-  return env
 
 
 def _rewrite(path: str, edit) -> None:

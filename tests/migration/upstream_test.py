@@ -1,20 +1,24 @@
 """Tests of the upstream export against a stand-in upstream repository.
 
-The stand-in is a git repository made from the released jax wheel with only
-the files the exported commits touch: the interpreter package,
-``jax/version.py``, and minimal ``tests/pallas/BUILD`` and
-``docs/pallas/CHANGELOG.md`` in upstream's format. No network is needed
-beyond the wheel cache.
+CI cannot reach upstream's repository, and upstream's files are not committed
+here, so the stand-in is a git repository of the released jax wheel's
+``jax/`` files plus minimal stand-ins for the files the export edits:
+upstream's two TPU interpret test files (their imports and test classes) and
+``docs/pallas/CHANGELOG.md`` (its headings). No network is needed beyond the
+wheel cache. The shape test runs once in CI (with the newest release).
 """
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
+from unittest import mock
 import zipfile
 
 from absl.testing import absltest
@@ -30,35 +34,50 @@ from migration import wheels  # noqa: E402
 
 VERSION = '0.12.0.1'
 TESTS_DIR = os.path.join(REPO, 'tests', 'pallas')
+_NEWEST = manifest_lib.load(os.path.join(REPO, 'patches')).served_versions()[-1]
+ONCE = os.environ.get('JAX_INTERPRET_PATCHES_TEST_VERSION', _NEWEST) == _NEWEST
 
-_BUILD = '''\
-load(
-    "//jaxlib:jax.bzl",
-    "jax_multiplatform_test",
-    "py_deps",
-)
+# Stand-ins with the imports and classes of upstream's files.
+_HEADER = '''\
+"""Stand-in for upstream's {name}."""
 
-jax_multiplatform_test(
-    name = "tpu_pallas_interpret_distributed_test",
-    srcs = [
-        "tpu_pallas_interpret_distributed_test.py",
-    ],
-    enable_backends = ["cpu"],
-    deps = [
-        "//jax/experimental:pallas",
-        "//jax/experimental:pallas_tpu",
-    ] + py_deps([
-        "absl/testing",
-        "numpy",
-    ]),
-)
+{stdlib}from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+{lax}from jax._src import test_util as jtu
+from jax._src.pallas.mosaic.interpret import interpret_pallas_call as mosaic_interpret
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+import jax.numpy as jnp
+import numpy as np
 
-jax_multiplatform_test(
-    name = "tpu_paged_attention_kernel_test",
-    srcs = ["tpu_paged_attention_kernel_test.py"],
-)
+
+jax.config.parse_flags_with_absl()
+{extra}
+# Upstream's file uses all of its imports.
+_USED = ({used}, parameterized, mosaic_interpret, pl, pltpu, jnp, np)
+
+
+@jtu.thread_unsafe_test_class()
+class {cls}(jtu.JaxTestCase):
+
+  def test_upstream(self):
+    pass
+
+
+if __name__ == '__main__':
+  absltest.main(testLoader=jtu.JaxTestLoader())
 '''
-
+_INTERPRET_TEST = _HEADER.format(
+    name='tpu_pallas_interpret_test.py',
+    stdlib='import dataclasses\nimport functools\n\n', lax='', extra='',
+    used='dataclasses, functools', cls='InterpretTest')
+_DISTRIBUTED_TEST = _HEADER.format(
+    name='tpu_pallas_interpret_distributed_test.py',
+    stdlib='import functools\n\n',
+    lax='from jax import lax\nfrom jax._src import shard_map\n',
+    extra='jtu.request_cpu_devices(8)\n\nP = jax.sharding.PartitionSpec\n',
+    used='functools, lax, shard_map, P', cls='InterpretDistributedTest')
 _CHANGELOG = '''\
 # Pallas Changelog
 
@@ -68,12 +87,22 @@ _CHANGELOG = '''\
 
   * Something else.
 
+### Mosaic GPU
+
+* New features
+
+  * Something for GPUs.
+
 ## Released with JAX 0.12.0
+
+### TPU
 
 * Changes
 
   * Something released.
 '''
+_DEP3 = re.compile(r'^(Description|Origin|Forwarded|Applied-Upstream|'
+                   r'Last-Update):', re.M)
 
 
 def _git(args: list[str], cwd: str) -> str:
@@ -95,22 +124,31 @@ class UpstreamExportTest(absltest.TestCase):
     self.root = tempfile.mkdtemp(prefix='upstream-test-')
     self.addCleanup(shutil.rmtree, self.root, ignore_errors=True)
     self.jax = os.path.join(self.root, 'jax')
-    os.makedirs(os.path.join(self.jax, 'tests', 'pallas'))
-    os.makedirs(os.path.join(self.jax, 'docs', 'pallas'))
+    os.makedirs(self.jax)
     with zipfile.ZipFile(self.wheel) as zf:
-      for name in zf.namelist():
-        if (name.startswith('jax/_src/pallas/mosaic/interpret/')
-            or name == 'jax/version.py'):
-          zf.extract(name, self.jax)
-    with open(os.path.join(self.jax, upstream.BUILD), 'w') as f:
-      f.write(_BUILD)
-    with open(os.path.join(self.jax, upstream.CHANGELOG), 'w') as f:
-      f.write(_CHANGELOG)
+      zf.extractall(self.jax, [n for n in zf.namelist()
+                               if n.startswith('jax/')])
+    for path, text in ((upstream.UPSTREAM_TEST[0], _INTERPRET_TEST),
+                       (upstream.UPSTREAM_DISTRIBUTED_TEST[0],
+                        _DISTRIBUTED_TEST),
+                       (upstream.CHANGELOG, _CHANGELOG)):
+      os.makedirs(os.path.dirname(os.path.join(self.jax, path)),
+                  exist_ok=True)
+      with open(os.path.join(self.jax, path), 'w') as f:
+        f.write(text)
     _git(['init', '-q'], self.jax)
     _git(['add', '-A'], self.jax)
     _git(['commit', '-q', '-m', 'upstream'], self.jax)
-    self.head = _git(['rev-parse', 'HEAD'], self.jax)
+    self.head = _git(['rev-parse', 'HEAD'], self.jax).strip()
     self.out = os.path.join(self.root, 'out')
+    # The author is the user's git identity; here, a test one.
+    env = mock.patch.dict(os.environ, {
+        'GIT_AUTHOR_NAME': 'A Contributor',
+        'GIT_AUTHOR_EMAIL': 'contributor@example.com',
+        'GIT_COMMITTER_NAME': 'A Contributor',
+        'GIT_COMMITTER_EMAIL': 'contributor@example.com'})
+    env.start()
+    self.addCleanup(env.stop)
 
   def export(self) -> list[str]:
     return upstream.export(self.jax, self.out, TESTS_DIR, self.manifest)
@@ -118,62 +156,94 @@ class UpstreamExportTest(absltest.TestCase):
   def am(self, patches: list[str]) -> str:
     clone = os.path.join(self.root, 'clone')
     _git(['clone', '-q', self.jax, clone], self.root)
-    _git(['am', '-q', '--keep-non-patch', *patches], clone)
+    for patch in patches:
+      _git(['am', '-q', '--keep-non-patch', patch], clone)
     return clone
 
-  def test_one_commit_per_feature_applies_with_git_am(self):
+  @absltest.skipUnless(ONCE, 'runs once, with the newest jax release')
+  def test_stack_has_the_shape_upstream_takes(self):
     patches = self.export()
-    self.assertLen(patches, len(upstream.FEATURES))
+    series = upstream.choose_series(self.manifest, self.jax)
+    # One commit per exported patch of the series, in order, each with its
+    # PR description beside it; the patches not exported yet come last.
+    to_export = [p for p in series.patches
+                 if p.name[:4] not in upstream.NOT_EXPORTED]
+    self.assertEqual(list(series.patches[:len(to_export)]), to_export)
+    self.assertLen(patches, len(to_export))
+    self.assertLen(to_export, 5)
+    for patch, written in zip(to_export, patches):
+      self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
+      self.assertTrue(os.path.exists(written[:-len('.patch')] + '.md'))
     clone = self.am(patches)
-    subjects = _git(['log', '--format=%s', f'-{len(upstream.FEATURES)}',
-                     '--reverse'], clone)
-    self.assertEqual(subjects.splitlines(),
-                     [f.title for f in upstream.FEATURES])
+    commits = _git(['rev-list', '--reverse', f'{self.head}..HEAD'],
+                   clone).split()
+    self.assertLen(commits, len(to_export))
+    for commit, patch in zip(commits, to_export):
+      message = _git(['log', '-1', '--format=%B', commit], clone)
+      subject = message.splitlines()[0]
+      self.assertRegex(subject, r'^\[Pallas\] In TPU Interpret Mode, ')
+      self.assertEqual(subject, patch.subject)
+      self.assertNotRegex(message, _DEP3)
+      self.assertEqual(_git(['log', '-1', '--format=%an <%ae>', commit],
+                            clone).strip(),
+                       'A Contributor <contributor@example.com>')
+      # No new files (tests go to upstream's files), only allowed paths, and
+      # small enough to review.
+      self.assertEqual(_git(['diff', '--name-only', '--diff-filter=A',
+                             f'{commit}~1', commit], clone), '')
+      added = 0
+      for line in _git(['diff', '--numstat', f'{commit}~1', commit],
+                       clone).splitlines():
+        plus, _, path = line.split('\t')
+        self.assertTrue(path.startswith(upstream.ALLOWED_PATHS), path)
+        added += int(plus)
+      self.assertLess(added, 900, subject)
     # The checkout itself is untouched and no worktree is left behind.
-    self.assertEqual(_git(['rev-parse', 'HEAD'], self.jax), self.head)
+    self.assertEqual(_git(['rev-parse', 'HEAD'], self.jax).strip(),
+                     self.head)
     self.assertEqual(_git(['status', '--porcelain'], self.jax), '')
     self.assertLen(_git(['worktree', 'list'], self.jax).splitlines(), 1)
 
-    # Each feature brings its interpreter change, tests, BUILD targets and a
-    # changelog entry.
-    with open(os.path.join(clone, upstream.BUILD)) as f:
-      build = f.read()
+    # Every test method of ours is in upstream's classes, once, without the
+    # code for older releases, and upstream's own test is kept.
+    ours = set()
+    for change in upstream.CHANGES:
+      for test in change.tests:
+        with open(os.path.join(TESTS_DIR, test.file)) as f:
+          ours |= {(test.upstream[1], n) for n, _ in
+                   upstream.extract_methods(f.read(), test.name)}
+    exported = set()
+    for path, cls in (upstream.UPSTREAM_TEST,
+                      upstream.UPSTREAM_DISTRIBUTED_TEST):
+      with open(os.path.join(clone, path)) as f:
+        source = f.read()
+      for marker in ('Older jax releases', 'At jax HEAD', upstream.HELPER,
+                     'test_util.', 'fail_instead_of_hanging', '_shared_memory',
+                     'dataclasses.fields', 'time.sleep'):
+        self.assertNotIn(marker, source.replace('jtu.', ''))
+      (klass,) = [n for n in ast.parse(source).body
+                  if isinstance(n, ast.ClassDef) and n.name == cls]
+      names = [n.name for n in klass.body if isinstance(n, ast.FunctionDef)]
+      self.assertLen(set(names), len(names))
+      self.assertIn('test_upstream', names)
+      exported |= {(cls, n) for n in names if n != 'test_upstream'}
+    self.assertEqual(exported, ours)
+
     with open(os.path.join(clone, upstream.CHANGELOG)) as f:
       changelog = f.read()
-    for feature in upstream.FEATURES:
-      for test in feature.tests:
-        self.assertIn(f'name = "{test[:-3]}"', build)
-        with open(os.path.join(clone, 'tests', 'pallas', test)) as f:
-          source = f.read()
-        self.assertNotIn(upstream.HELPER, source)
-        self.assertNotIn('test_util.', source.replace('jtu.', ''))
-        self.assertIn('def fail_instead_of_hanging(', source)
-        # Upstream gets the tests as they are at jax HEAD: no shims for
-        # older releases.
-        self.assertNotIn('Older jax releases', source)
-        self.assertNotIn('At jax HEAD', source)
-        self.assertNotIn('importlib', source)
-        self.assertNotIn('def kernel(**kwargs)', source)
-        self.assertIn('from jax._src.pallas.mosaic.interpret import '
-                      'interpret_pallas_call as mosaic_interpret\n', source)
     unreleased = changelog.split('## Released')[0]
-    self.assertIn(upstream.CHANGELOG_SECTION, unreleased)
-    self.assertEqual(unreleased.count('  * TPU interpret mode'),
-                     len(upstream.FEATURES))
-    self.assertIn('Something else.', unreleased)
-    # The targets are added after the interpret tests, before the others.
-    self.assertLess(build.index('tpu_pallas_interpret_semaphore_test'),
-                    build.index('tpu_paged_attention_kernel_test'))
+    self.assertEqual(unreleased.count('\n### TPU\n'), 1)
+    self.assertLess(unreleased.index('### TPU'),
+                    unreleased.index('### Mosaic GPU'))
+    self.assertEqual(unreleased.count('\n  * '), 2 + len(to_export))
+    # Upstream's order within a part: New features before Bug fixes.
+    tpu = unreleased.split('### TPU')[1].split('###')[0]
+    self.assertLess(tpu.index('* New features\n'), tpu.index('* Bug fixes\n'))
+    self.assertEqual(tpu.count('\n  * '), len(to_export))
+    self.assertNotIn('{class}`jax.experimental.pallas.tpu.TensorCoreMesh`',
+                     changelog)
 
-    first = f'HEAD~{len(upstream.FEATURES) - 1}'
-    message = _git(['log', '-1', '--format=%B', first], clone)
-    self.assertIn('Mosaic TPU lowering still rejects', message)
-    self.assertNotIn('Forwarded:', message)
-    # The SparseCore feature is what the hardware does: its own note.
-    message = _git(['log', '-1', '--format=%B', 'HEAD'], clone)
-    self.assertIn('what SparseCore hardware does', message)
-    self.assertNotIn('Mosaic TPU lowering still rejects', message)
-
+  @absltest.skipUnless(ONCE, 'runs once, with the newest jax release')
   def test_exported_tests_pass_jax_lint_settings(self):
     try:
       import ruff  # noqa: F401  # pylint: disable=g-import-not-at-top
@@ -200,7 +270,7 @@ class UpstreamExportTest(absltest.TestCase):
           return sys.platform
           {upstream.OLDER_RELEASES_END}
 
-        test_util.kernel(mesh=m)(body)
+        test_util.kernel(mesh=test_util.tensorcore_mesh(axis_name='c'))(body)
         ''')
     self.assertEqual(upstream.for_jax_head(source), textwrap.dedent('''\
         import jax
@@ -209,13 +279,46 @@ class UpstreamExportTest(absltest.TestCase):
         def f():
           return os.sep
 
-        pl.kernel(mesh=m)(body)
+        pl.kernel(mesh=pltpu.TensorCoreMesh(axis_name='c'))(body)
         '''))
     with self.assertRaisesRegex(errors.PatchDataError, 'without'):
       upstream.for_jax_head(upstream.OLDER_RELEASES_BEGIN + '\n')
 
+  def test_add_tests_checks_names_and_adds_imports(self):
+    ours = textwrap.dedent('''\
+        import io
+        import tpu_interpret_test_util as test_util
+        from tpu_interpret_test_util import mosaic_interpret
+
+
+        class Ours(test_util.InterpretTestCase):
+
+          def setUp(self):
+            super().setUp()
+
+          # Reads a buffer.
+          @parameterized.parameters(1, 2)
+          def test_a(self, n):
+            return io.StringIO(str(n)), mosaic_interpret
+        ''')
+    methods = upstream.extract_methods(ours, 'Ours')
+    self.assertEqual([n for n, _ in methods], ['test_a'])
+    self.assertTrue(methods[0][1].startswith('  # Reads a buffer.\n  @'))
+    source = upstream.add_tests(_INTERPRET_TEST, 'InterpretTest', methods,
+                                upstream.import_lines(ours))
+    self.assertIn('import dataclasses\nimport functools\nimport io\n',
+                  source)
+    self.assertEqual(source.count('as mosaic_interpret\n'), 1)
+    self.assertIn('    pass\n\n  # Reads a buffer.\n', source)
+    with self.assertRaisesRegex(errors.PatchDataError, 'already has test_a'):
+      upstream.add_tests(source, 'InterpretTest', methods, {})
+    unknown = [('test_b', '  def test_b(self):\n    return _helper()\n')]
+    with self.assertRaisesRegex(errors.PatchDataError,
+                                "test_b uses _helper, which upstream's"):
+      upstream.add_tests(_INTERPRET_TEST, 'InterpretTest', unknown, {})
+
   def test_checkout_that_moved_on_gets_a_three_way_rebase(self):
-    # Upstream edited a context line of a hunk of patch 0001: the patch no
+    # Upstream edited a context line of a hunk of the series: the patch no
     # longer applies exactly, but the change merges cleanly.
     target = os.path.join(
         self.jax, 'jax/_src/pallas/mosaic/interpret/shared_memory.py')
@@ -251,7 +354,7 @@ class UpstreamExportTest(absltest.TestCase):
         self.jax, 'jax/_src/pallas/mosaic/interpret/shared_memory.py')
     with open(target) as f:
       text = f.read()
-    # Upstream changed the very line that patch 0001 changes.
+    # Upstream changed the very line that the non-decrementing wait changes.
     line = '          self.count_by_core[global_core_id] -= value\n'
     self.assertIn(line, text)
     with open(target, 'w') as f:
@@ -259,11 +362,19 @@ class UpstreamExportTest(absltest.TestCase):
     _git(['commit', '-q', '-am', 'diverge'], self.jax)
     with self.assertRaisesRegex(
         errors.ConflictError,
-        r'Feature nondecrementing-wait: .*shared_memory.py does not merge'
-        r' cleanly'):
+        r'0003-[^:]*: .*shared_memory.py does not merge cleanly'):
       self.export()
     self.assertFalse(os.path.exists(self.out))
     self.assertLen(_git(['worktree', 'list'], self.jax).splitlines(), 1)
+
+  def test_commit_message_drops_the_dep3_header(self):
+    series = self.manifest.series_for(VERSION)
+    for patch in series.patches:
+      message = upstream.commit_message(patch)
+      self.assertTrue(message.startswith(patch.subject + '\n\n'))
+      self.assertNotRegex(message, _DEP3)
+      with open(patch.path) as f:
+        self.assertRegex(f.read(), _DEP3)
 
   def test_not_a_jax_checkout(self):
     with self.assertRaisesRegex(errors.EnvironmentProblem,

@@ -30,9 +30,12 @@ import inspect
 # Older jax releases: end.
 import threading
 
-# Older jax releases: begin.
 import jax
+# Older jax releases: begin.
 from jax._src import dispatch
+# Older jax releases: end.
+from jax._src import test_util as jtu
+# Older jax releases: begin.
 from jax.experimental import pallas as pl
 # Older jax releases: end.
 from jax.experimental.pallas import tpu as pltpu
@@ -98,6 +101,42 @@ def fail_instead_of_hanging(timeout_s: float = _KERNEL_TIMEOUT_S):
       pltpu.reset_tpu_interpret_mode_state()
 
 
+class InterpretTestCase(jtu.JaxTestCase):
+  """A test case like upstream's `InterpretTest`, with a hang guard.
+
+  Each test class of this directory holds the tests of one patch of the
+  series; `python -m migration export-upstream` copies its test methods (and
+  helper methods), unchanged but for the code fenced for older releases, into
+  upstream's `InterpretTest` class. What upstream's class does in `setUp`
+  is done here; the hang guard (`fail_instead_of_hanging`) is ours only.
+  """
+
+  def setUp(self):
+    super().setUp()
+    if not jtu.test_device_matches(['cpu']):
+      self.skipTest('CPU-only test')
+    if jax.device_count() > 1:
+      # Workaround for https://github.com/jax-ml/jax/issues/25671
+      self.skipTest(f'requires 1 device, found {jax.device_count()}')
+    self.enter_context(fail_instead_of_hanging())
+
+
+class InterpretDistributedTestCase(jtu.JaxTestCase):
+  """A test case like upstream's `InterpretDistributedTest`, with a hang guard.
+
+  The test methods go to upstream's `InterpretDistributedTest` class (see
+  `InterpretTestCase`).
+  """
+
+  def setUp(self):
+    super().setUp()
+    if not jtu.test_device_matches(['cpu']):
+      self.skipTest('CPU-only test')
+    if jax.device_count() < 4:
+      self.skipTest(f'requires at least 4 devices, found {jax.device_count()}')
+    self.enter_context(fail_instead_of_hanging())
+
+
 def interpret_params(**kwargs) -> pltpu.InterpretParams:
   """Returns `InterpretParams` that warn, rather than raise, on races.
 
@@ -128,7 +167,7 @@ def interpret_params(**kwargs) -> pltpu.InterpretParams:
   return pltpu.InterpretParams(**kwargs)
 
 
-def tensorcore_mesh(axis_name: str, num_cores: int):
+def tensorcore_mesh(*, axis_name: str, num_cores: int):
   """Returns a `pltpu.TensorCoreMesh` of `num_cores` TensorCores.
 
   Args:

@@ -33,41 +33,29 @@ import tpu_interpret_test_util as test_util
 
 jax.config.parse_flags_with_absl()
 
-_SHAPE = (8, 128)
-
-
-def _wait_line(marker: str) -> int:
-  """Returns the line number of this file's line that contains `marker`."""
-  with open(__file__) as f:
-    for number, line in enumerate(f, start=1):
-      if marker in line and '_wait_line' not in line:
-        return number
-  raise ValueError(marker)
 
 
 # TODO(jburnim): Figure out how to safely run different instance of TPU
 # interpret mode in parallel, and then remove this decorator.
 @jtu.thread_unsafe_test_class()
-class InterpretDeadlockTest(jtu.JaxTestCase):
+class InterpretDeadlockTest(test_util.InterpretTestCase):
 
-  def setUp(self):
-    super().setUp()
-
-    if not jtu.test_device_matches(['cpu']):
-      self.skipTest('CPU-only test')
-
-    if jax.device_count() > 1:
-      # Workaround for https://github.com/jax-ml/jax/issues/25671
-      self.skipTest(f'requires 1 device, found {jax.device_count()}')
+  def _wait_line(self, marker: str) -> int:
+    """Returns the line number of this file's line that contains `marker`."""
+    with open(__file__) as f:
+      for number, line in enumerate(f, start=1):
+        if marker in line and '_wait_line' not in line:
+          return number
+    raise ValueError(marker)
 
   def _unsatisfiable_kernel(self, num_cores, decrement, **params):
     # Every core waits for its own semaphore to reach core + 1; only core 0's
     # semaphore is ever signalled, with 1, so only core 0's wait is satisfied.
     @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct((num_cores, *_SHAPE), jnp.float32),
-        mesh=test_util.tensorcore_mesh('core', num_cores),
+        out_type=jax.ShapeDtypeStruct((num_cores, 8, 128), jnp.float32),
+        mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=num_cores),
         scratch_types=[
-            pltpu.VMEM(_SHAPE, jnp.float32),
+            pltpu.VMEM((8, 128), jnp.float32),
             pltpu.SemaphoreType.REGULAR,
         ],
         interpret=pltpu.InterpretParams(
@@ -84,7 +72,7 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
         pl.semaphore_signal(sem, 1)
 
       pl.semaphore_wait(sem, core + 1, decrement=decrement)  # unsatisfiable
-      vmem_ref[...] = jnp.zeros(_SHAPE, jnp.float32)
+      vmem_ref[...] = jnp.zeros((8, 128), jnp.float32)
       pltpu.sync_copy(vmem_ref, o_ref.at[core])
 
     return kernel
@@ -94,14 +82,12 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
     kernel = self._unsatisfiable_kernel(num_cores, decrement)
     if num_cores == 1:
       # Core 0's own wait is satisfied: nothing is blocked.
-      with test_util.fail_instead_of_hanging():
-        out = jax.block_until_ready(kernel())
-      np.testing.assert_array_equal(out, np.zeros((1, *_SHAPE)))
+      out = jax.block_until_ready(kernel())
+      np.testing.assert_array_equal(out, np.zeros((1, 8, 128)))
       return
-    line = _wait_line('# unsatisfiable')
-    with test_util.fail_instead_of_hanging():
-      with self.assertRaises(jax.errors.JaxRuntimeError) as cm:
-        kernel().block_until_ready()
+    line = self._wait_line('# unsatisfiable')
+    with self.assertRaises(jax.errors.JaxRuntimeError) as cm:
+      kernel().block_until_ready()
     pltpu.reset_tpu_interpret_mode_state()
     message = str(cm.exception)
     self.assertIn('Deadlock: every core is finished or blocked', message)
@@ -118,29 +104,31 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
 
   def test_single_core_unsatisfiable_wait_raises(self):
     @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct(_SHAPE, jnp.float32),
-        mesh=test_util.tensorcore_mesh('core', 1),
+        out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=1),
+        scratch_types=[pltpu.VMEM((8, 128), jnp.float32)],
         interpret=pltpu.InterpretParams(
             allow_non_decrementing_semaphore_wait=True,
             allow_collective_axes_in_run_scoped=True,
         ),
     )
-    def kernel(o_ref):
+    def kernel(o_ref, vmem_ref):
       def body(sem):
         pl.semaphore_signal(sem, 2)
         pl.semaphore_wait(sem, 3, decrement=False)
-        pltpu.sync_copy(o_ref, o_ref)
+        # Never reached: the output is written after the wait.
+        vmem_ref[...] = jnp.ones((8, 128), jnp.float32)
+        pltpu.sync_copy(vmem_ref, o_ref)
 
       pl.run_scoped(body, pltpu.SemaphoreType.REGULAR)
 
-    with test_util.fail_instead_of_hanging():
-      with self.assertRaisesRegex(
-          jax.errors.JaxRuntimeError,
-          r'device 0, core 0: waits at .* for semaphore \d+ allocated at'
-          r' .*tpu_pallas_interpret_deadlock_test.py:\d+.* to reach 3; its'
-          r' count is 2\.',
-      ):
-        kernel().block_until_ready()
+    with self.assertRaisesRegex(
+        jax.errors.JaxRuntimeError,
+        r'device 0, core 0: waits at .* for semaphore \d+ allocated at'
+        r' .*_test\.py:\d+.* to reach 3; its'
+        r' count is 2\.',
+    ):
+      kernel().block_until_ready()
     pltpu.reset_tpu_interpret_mode_state()
 
   def test_deadlock_is_caught_by_its_name_in_the_runtime_error(self):
@@ -148,36 +136,24 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
     # JaxRuntimeError whose message names it, and catches it like this.
     kernel = self._unsatisfiable_kernel(2, True)
     caught = None
-    with test_util.fail_instead_of_hanging():
-      try:
-        kernel().block_until_ready()
-      except jax.errors.JaxRuntimeError as e:
-        if 'DeadlockError' not in str(e):
-          raise
-        caught = e
+    try:
+      kernel().block_until_ready()
+    except jax.errors.JaxRuntimeError as e:
+      if 'DeadlockError' not in str(e):
+        raise
+      caught = e
     pltpu.reset_tpu_interpret_mode_state()
     self.assertIsNotNone(caught)
     self.assertIn('device 0, core 1: waits at', str(caught))
     # After the reset, the next kernel runs normally.
-    with test_util.fail_instead_of_hanging():
-      out = jax.block_until_ready(self._unsatisfiable_kernel(1, True)())
-    np.testing.assert_array_equal(out, np.zeros((1, *_SHAPE)))
-
-  def test_detection_can_be_switched_off(self):
-    kernel = self._unsatisfiable_kernel(2, True, detect_deadlocks=False)
-    with test_util.fail_instead_of_hanging(timeout_s=3.0):
-      with self.assertRaisesRegex(
-          jax.errors.JaxRuntimeError, r'kernel did not finish within 3.0 s'
-      ) as cm:
-        kernel().block_until_ready()
-    # Only a detected deadlock names DeadlockError.
-    self.assertNotIn('DeadlockError', str(cm.exception))
+    out = jax.block_until_ready(self._unsatisfiable_kernel(1, True)())
+    np.testing.assert_array_equal(out, np.zeros((1, 8, 128)))
 
   def test_never_entered_collective_scope_raises(self):
     # Core 0 waits in a collective scope for core 1, which never enters it.
     @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct((2, *_SHAPE), jnp.float32),
-        mesh=test_util.tensorcore_mesh('core', 2),
+        out_type=jax.ShapeDtypeStruct((2, 8, 128), jnp.float32),
+        mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=2),
         interpret=pltpu.InterpretParams(
             allow_non_decrementing_semaphore_wait=True,
             allow_collective_axes_in_run_scoped=True,
@@ -195,19 +171,18 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
       def _():
         pl.run_scoped(
             body,
-            pltpu.VMEM(_SHAPE, jnp.float32),
+            pltpu.VMEM((8, 128), jnp.float32),
             pltpu.SemaphoreType.REGULAR,
             collective_axes='core',
         )
 
-    with test_util.fail_instead_of_hanging():
-      with self.assertRaisesRegex(
-          jax.errors.JaxRuntimeError,
-          r'device 0, core 0: waits at .* for collective semaphore -\d+'
-          r' allocated at .* to reach 2; its count is 0\.(.|\n)*Finished'
-          r' \(device, core\): \[\(0, 1\)\]',
-      ):
-        kernel(jnp.ones(_SHAPE, jnp.float32)).block_until_ready()
+    with self.assertRaisesRegex(
+        jax.errors.JaxRuntimeError,
+        r'device 0, core 0: waits at .* for collective semaphore -\d+'
+        r' allocated at .* to reach 2; its count is 0\.(.|\n)*Finished'
+        r' \(device, core\): \[\(0, 1\)\]',
+    ):
+      kernel(jnp.ones((8, 128), jnp.float32)).block_until_ready()
     pltpu.reset_tpu_interpret_mode_state()
 
   @parameterized.parameters('eager', 'on_wait')
@@ -216,13 +191,13 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
   ):
     # Core 1 finishes at once; core 0 waits on a semaphore that only its own
     # DMA signals. Under 'on_wait', the DMA is still queued when core 0 waits.
-    num_bytes = np.prod(_SHAPE) * np.dtype(np.float32).itemsize
+    num_bytes = 8 * 128 * np.dtype(np.float32).itemsize
 
     @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct((2, *_SHAPE), jnp.float32),
-        mesh=test_util.tensorcore_mesh('core', 2),
+        out_type=jax.ShapeDtypeStruct((2, 8, 128), jnp.float32),
+        mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=2),
         scratch_types=[
-            pltpu.VMEM(_SHAPE, jnp.float32),
+            pltpu.VMEM((8, 128), jnp.float32),
             pltpu.SemaphoreType.REGULAR,
         ],
         interpret=pltpu.InterpretParams(
@@ -241,9 +216,8 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
         pl.semaphore_wait(sem, num_bytes)
         pltpu.sync_copy(vmem_ref, o_ref.at[0])
 
-    x = jnp.full(_SHAPE, 4.0, jnp.float32)
-    with test_util.fail_instead_of_hanging():
-      out = jax.block_until_ready(kernel(x))
+    x = jnp.full((8, 128), 4.0, jnp.float32)
+    out = jax.block_until_ready(kernel(x))
     np.testing.assert_array_equal(out[0], x)
 
   def test_wait_for_busy_core_is_not_reported(self):
@@ -251,10 +225,10 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
     num_iterations = 300
 
     @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct((2, *_SHAPE), jnp.float32),
-        mesh=test_util.tensorcore_mesh('core', 2),
+        out_type=jax.ShapeDtypeStruct((2, 8, 128), jnp.float32),
+        mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=2),
         scratch_types=[
-            pltpu.VMEM(_SHAPE, jnp.float32),
+            pltpu.VMEM((8, 128), jnp.float32),
             pltpu.SemaphoreType.REGULAR,
         ],
         interpret=pltpu.InterpretParams(
@@ -264,7 +238,7 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
     )
     def kernel(o_ref, vmem_ref, sem):
       core = jax.lax.axis_index('core')
-      vmem_ref[...] = jnp.zeros(_SHAPE, jnp.float32)
+      vmem_ref[...] = jnp.zeros((8, 128), jnp.float32)
 
       @pl.when(core == 1)
       def _():
@@ -282,10 +256,9 @@ class InterpretDeadlockTest(jtu.JaxTestCase):
 
       pltpu.sync_copy(vmem_ref, o_ref.at[core])
 
-    with test_util.fail_instead_of_hanging():
-      out = jax.block_until_ready(kernel())
-    np.testing.assert_array_equal(out[0], np.zeros(_SHAPE))
-    np.testing.assert_array_equal(out[1], np.full(_SHAPE, num_iterations))
+    out = jax.block_until_ready(kernel())
+    np.testing.assert_array_equal(out[0], np.zeros((8, 128)))
+    np.testing.assert_array_equal(out[1], np.full((8, 128), num_iterations))
 
 
 if __name__ == '__main__':

@@ -39,16 +39,7 @@ P = jax.sharding.PartitionSpec
 # TODO(jburnim): Figure out how to safely run different instance of TPU
 # interpret mode in parallel, and then remove this decorator.
 @jtu.thread_unsafe_test_class()
-class InterpretSemaphoreDistributedTest(jtu.JaxTestCase):
-
-  def setUp(self):
-    super().setUp()
-
-    if not jtu.test_device_matches(['cpu']):
-      self.skipTest('CPU-only test')
-
-    if jax.device_count() < 4:
-      self.skipTest(f'requires at least 4 devices, found {jax.device_count()}')
+class InterpretSemaphoreDistributedTest(test_util.InterpretDistributedTestCase):
 
   @parameterized.product(
       dma_execution_mode=['eager', 'on_wait'],
@@ -123,8 +114,7 @@ class InterpretSemaphoreDistributedTest(jtu.JaxTestCase):
         jax.random.key(0), (8, 128 * num_devices), dtype=jnp.float32
     )
     x = jax.device_put(x, sharding)
-    with test_util.fail_instead_of_hanging():
-      out, counts = jax.block_until_ready(run(x))
+    out, counts = jax.block_until_ready(run(x))
 
     # Device d receives the block of device d - 1.
     expected = np.roll(np.asarray(x), 128, axis=1)
@@ -166,8 +156,7 @@ class InterpretSemaphoreDistributedTest(jtu.JaxTestCase):
             flags, mesh=mesh, in_specs=(), out_specs=P('x'), check_vma=False
         )
     )
-    with test_util.fail_instead_of_hanging():
-      counts = jax.block_until_ready(run())
+    counts = jax.block_until_ready(run())
     left_ids = (np.arange(num_devices) - 1) % num_devices
     expected = np.stack([left_ids + 1, np.zeros(num_devices)], axis=1)
     np.testing.assert_array_equal(counts, expected.reshape(-1))

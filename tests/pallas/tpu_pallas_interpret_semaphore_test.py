@@ -38,27 +38,68 @@ from tpu_interpret_test_util import mosaic_interpret
 
 jax.config.parse_flags_with_absl()
 
-def _smem_output(n: int, dtype=jnp.int32):
-  return dict(
-      out_shape=jax.ShapeDtypeStruct((n,), dtype),
-      out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
-  )
+
+# TODO(jburnim): Figure out how to safely run different instance of TPU
+# interpret mode in parallel, and then remove this decorator.
+@jtu.thread_unsafe_test_class()
+class InterpretLocalSignalTest(test_util.InterpretTestCase):
+  """Tests of `pl.semaphore_signal` without `core_index` (patch 0001)."""
+
+  def test_local_signal_targets_calling_core(self):
+    mesh = test_util.tensorcore_mesh(axis_name='core', num_cores=2)
+
+    @test_util.kernel(
+        out_type=jax.ShapeDtypeStruct((2, 8, 128), jnp.float32),
+        mesh=mesh,
+        scratch_types=[
+            pltpu.VMEM((8, 128), jnp.float32),
+            pltpu.SemaphoreType.REGULAR,
+        ],
+        interpret=pltpu.InterpretParams(),
+    )
+    def kernel(o_ref, vmem_ref, sem):
+      core = jax.lax.axis_index('core')
+      # Without a `core_index`, each core signals its own semaphore.
+      pl.semaphore_signal(sem, 1)
+      pl.semaphore_wait(sem, 1)
+      vmem_ref[...] = jnp.full((8, 128), core + 1, jnp.float32)
+      pltpu.sync_copy(vmem_ref, o_ref.at[core])
+
+    out = jax.block_until_ready(kernel())
+    np.testing.assert_array_equal(out[:, 0, 0], [1.0, 2.0])
+    np.testing.assert_array_equal(
+        out, np.broadcast_to(np.array([1.0, 2.0])[:, None, None], out.shape)
+    )
 
 
 # TODO(jburnim): Figure out how to safely run different instance of TPU
 # interpret mode in parallel, and then remove this decorator.
 @jtu.thread_unsafe_test_class()
-class InterpretSemaphoreTest(jtu.JaxTestCase):
+class InterpretSemaphoreReadTest(test_util.InterpretTestCase):
+  """Tests of `pl.semaphore_read` (patch 0002)."""
 
-  def setUp(self):
-    super().setUp()
+  def test_signal_read_wait_read(self):
+    def kernel(o_ref, sem):
+      pl.semaphore_signal(sem, 3)
+      o_ref[0] = pl.semaphore_read(sem)
+      pl.semaphore_wait(sem, 3)
+      o_ref[1] = pl.semaphore_read(sem)
 
-    if not jtu.test_device_matches(['cpu']):
-      self.skipTest('CPU-only test')
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((2,), jnp.int32),
+        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=pltpu.InterpretParams(),
+    )()
+    np.testing.assert_array_equal(out, [3, 0])
 
-    if jax.device_count() > 1:
-      # Workaround for https://github.com/jax-ml/jax/issues/25671
-      self.skipTest(f'requires 1 device, found {jax.device_count()}')
+
+# TODO(jburnim): Figure out how to safely run different instance of TPU
+# interpret mode in parallel, and then remove this decorator.
+@jtu.thread_unsafe_test_class()
+class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
+  """Tests of `pl.semaphore_wait(..., decrement=False)` (patch 0003)."""
 
   def test_nondecrementing_wait_leaves_count(self):
     def kernel(o_ref, sem):
@@ -74,7 +115,8 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
 
     out = pl.pallas_call(
         kernel,
-        **_smem_output(4),
+        out_shape=jax.ShapeDtypeStruct((4,), jnp.int32),
+        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
         scratch_shapes=[pltpu.SemaphoreType.REGULAR],
         interpret=pltpu.InterpretParams(
             allow_non_decrementing_semaphore_wait=True,
@@ -96,7 +138,8 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
     ):
       pl.pallas_call(
           kernel,
-          **_smem_output(1),
+          out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+          out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
           scratch_shapes=[pltpu.SemaphoreType.REGULAR],
           interpret=pltpu.InterpretParams(),
       )()
@@ -118,7 +161,8 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
     with contextlib.redirect_stdout(stdout):
       out = pl.pallas_call(
           kernel,
-          **_smem_output(1),
+          out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+          out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
           scratch_shapes=[pltpu.SemaphoreType.REGULAR],
           interpret=pltpu.InterpretParams(
               allow_non_decrementing_semaphore_wait=True,
@@ -133,23 +177,6 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
           stdout.getvalue(), r'non-zero count .* at kernel exit: 2'
       )
 
-  def test_signal_read_wait_read(self):
-    def kernel(o_ref, sem):
-      pl.semaphore_signal(sem, 3)
-      o_ref[0] = pl.semaphore_read(sem)
-      pl.semaphore_wait(sem, 3)
-      o_ref[1] = pl.semaphore_read(sem)
-
-    out = pl.pallas_call(
-        kernel,
-        **_smem_output(2),
-        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-        interpret=pltpu.InterpretParams(
-            allow_non_decrementing_semaphore_wait=True,
-        ),
-    )()
-    np.testing.assert_array_equal(out, [3, 0])
-
   def test_semaphore_read_of_array_views(self):
     def kernel(o_ref, sems):
       for i in range(4):
@@ -163,7 +190,8 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
 
     out = pl.pallas_call(
         kernel,
-        **_smem_output(5),
+        out_shape=jax.ShapeDtypeStruct((5,), jnp.int32),
+        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
         scratch_shapes=[pltpu.SemaphoreType.REGULAR((4,))],
         interpret=pltpu.InterpretParams(
             allow_non_decrementing_semaphore_wait=True,
@@ -177,17 +205,17 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
       pl.semaphore_wait(sem, 0, decrement=False)
       o_ref[0] = pl.semaphore_read(sem)
 
-    with test_util.fail_instead_of_hanging():
-      out = pl.pallas_call(
-          kernel,
-          **_smem_output(1),
-          scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-          interpret=test_util.interpret_params(
-              allow_non_decrementing_semaphore_wait=True,
-              detect_races=detect_races,
-          ),
-      )()
-      out = jax.block_until_ready(out)
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=test_util.interpret_params(
+            allow_non_decrementing_semaphore_wait=True,
+            detect_races=detect_races,
+        ),
+    )()
+    out = jax.block_until_ready(out)
     np.testing.assert_array_equal(out, [0])
 
   def test_nondecrementing_wait_in_loop_and_when(self):
@@ -209,16 +237,16 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
       pl.semaphore_wait(sem, num_iterations)
       o_ref[1] = pl.semaphore_read(sem)
 
-    with test_util.fail_instead_of_hanging():
-      out = pl.pallas_call(
-          kernel,
-          **_smem_output(2),
-          scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-          interpret=pltpu.InterpretParams(
-              allow_non_decrementing_semaphore_wait=True,
-          ),
-      )()
-      out = jax.block_until_ready(out)
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((2,), jnp.int32),
+        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=pltpu.InterpretParams(
+            allow_non_decrementing_semaphore_wait=True,
+        ),
+    )()
+    out = jax.block_until_ready(out)
     # The count is 1, 2, ..., num_iterations after each iteration's signal.
     expected_sum = sum(range(1, num_iterations + 1))
     np.testing.assert_array_equal(out, [expected_sum, 0])
@@ -240,28 +268,27 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
       o_ref[1] = pl.semaphore_read(sem)
 
     x = jnp.arange(np.prod(shape), dtype=jnp.float32).reshape(shape)
-    with test_util.fail_instead_of_hanging():
-      out, y = pl.pallas_call(
-          kernel,
-          out_shape=(
-              jax.ShapeDtypeStruct((2,), jnp.int32),
-              jax.ShapeDtypeStruct(shape, jnp.float32),
-          ),
-          in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-          out_specs=(
-              pl.BlockSpec(memory_space=pltpu.SMEM),
-              pl.BlockSpec(memory_space=pltpu.VMEM),
-          ),
-          scratch_shapes=[
-              pltpu.VMEM(shape, jnp.float32),
-              pltpu.SemaphoreType.REGULAR,
-          ],
-          interpret=test_util.interpret_params(
-              allow_non_decrementing_semaphore_wait=True,
-              detect_races=True, dma_execution_mode=dma_execution_mode
-          ),
-      )(x)
-      out = jax.block_until_ready(out)
+    out, y = pl.pallas_call(
+        kernel,
+        out_shape=(
+            jax.ShapeDtypeStruct((2,), jnp.int32),
+            jax.ShapeDtypeStruct(shape, jnp.float32),
+        ),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=(
+            pl.BlockSpec(memory_space=pltpu.SMEM),
+            pl.BlockSpec(memory_space=pltpu.VMEM),
+        ),
+        scratch_shapes=[
+            pltpu.VMEM(shape, jnp.float32),
+            pltpu.SemaphoreType.REGULAR,
+        ],
+        interpret=test_util.interpret_params(
+            allow_non_decrementing_semaphore_wait=True,
+            detect_races=True, dma_execution_mode=dma_execution_mode
+        ),
+    )(x)
+    out = jax.block_until_ready(out)
     np.testing.assert_array_equal(out, [num_bytes, 0])
     np.testing.assert_array_equal(y, np.asarray(x) + 1.0)
     self.assertFalse(mosaic_interpret.races.races_found)
@@ -270,7 +297,7 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
   def test_nondecrementing_wait_flag_across_cores(self, num_cores):
     # Core 0 raises a flag on every core; each core polls it twice without
     # consuming it, records the count it sees, and then consumes it.
-    mesh = test_util.tensorcore_mesh('core', num_cores)
+    mesh = test_util.tensorcore_mesh(axis_name='core', num_cores=num_cores)
 
     @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((num_cores, 8, 128), jnp.int32),
@@ -299,42 +326,12 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
       vmem_ref[...] = jnp.full((8, 128), 100 * core + 10 * seen + left)
       pltpu.sync_copy(vmem_ref, o_ref.at[core])
 
-    with test_util.fail_instead_of_hanging():
-      out = jax.block_until_ready(kernel())
+    out = jax.block_until_ready(kernel())
     # Each core saw a count of 1 twice, and 0 after consuming it.
     expected = 100 * np.arange(num_cores) + 10
     np.testing.assert_array_equal(out[:, 0, 0], expected)
     np.testing.assert_array_equal(
         out, np.broadcast_to(expected[:, None, None], out.shape)
-    )
-
-  def test_local_signal_targets_calling_core(self):
-    mesh = test_util.tensorcore_mesh('core', 2)
-
-    @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct((2, 8, 128), jnp.float32),
-        mesh=mesh,
-        scratch_types=[
-            pltpu.VMEM((8, 128), jnp.float32),
-            pltpu.SemaphoreType.REGULAR,
-        ],
-        interpret=pltpu.InterpretParams(
-            allow_non_decrementing_semaphore_wait=True,
-        ),
-    )
-    def kernel(o_ref, vmem_ref, sem):
-      core = jax.lax.axis_index('core')
-      # Without a `core_index`, each core signals its own semaphore.
-      pl.semaphore_signal(sem, 1)
-      pl.semaphore_wait(sem, 1)
-      vmem_ref[...] = jnp.full((8, 128), core + 1, jnp.float32)
-      pltpu.sync_copy(vmem_ref, o_ref.at[core])
-
-    with test_util.fail_instead_of_hanging():
-      out = jax.block_until_ready(kernel())
-    np.testing.assert_array_equal(out[:, 0, 0], [1.0, 2.0])
-    np.testing.assert_array_equal(
-        out, np.broadcast_to(np.array([1.0, 2.0])[:, None, None], out.shape)
     )
 
   @parameterized.parameters(False, True)
@@ -344,7 +341,7 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
     # Core 1 writes a shared HBM buffer and then signals core 0, which reads
     # the buffer. The non-decrementing wait orders the write before the read;
     # without it, race detection must report a race.
-    mesh = test_util.tensorcore_mesh('core', 2)
+    mesh = test_util.tensorcore_mesh(axis_name='core', num_cores=2)
 
     @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
@@ -374,14 +371,13 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
         pl.semaphore_wait(sem, 1)
 
     x = jnp.ones((8, 128), jnp.float32)
-    with test_util.fail_instead_of_hanging():
-      out = jax.block_until_ready(kernel(x))
+    out = jax.block_until_ready(kernel(x))
     np.testing.assert_array_equal(out, x)
     self.assertEqual(mosaic_interpret.races.races_found, not wait_before_read)
 
   def test_nondecrementing_wait_does_not_hang_after_exception(self):
     @test_util.kernel(
-        mesh=test_util.tensorcore_mesh('core', 2),
+        mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=2),
         out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
         scratch_types=[
             pltpu.VMEM((8, 128), jnp.float32),
@@ -408,9 +404,8 @@ class InterpretSemaphoreTest(jtu.JaxTestCase):
         pltpu.sync_copy(x_ref, o_ref)
 
     x = jnp.ones((8, 128), dtype=jnp.float32)
-    with test_util.fail_instead_of_hanging():
-      with self.assertRaises(jax.errors.JaxRuntimeError):
-        kernel(x).block_until_ready()
+    with self.assertRaises(jax.errors.JaxRuntimeError):
+      kernel(x).block_until_ready()
     pltpu.reset_tpu_interpret_mode_state()
 
 
