@@ -26,4 +26,12 @@ if [[ -d "$wheels" ]]; then
   export JAX_INTERPRET_PATCHES_WHEEL_DIRS="${JAX_INTERPRET_PATCHES_WHEEL_DIRS:-$wheels}"
   export PIP_NO_INDEX=1 PIP_FIND_LINKS="$wheels" PIP_DISABLE_PIP_VERSION_CHECK=1
 fi
-exec "$python" "$@"
+# Each test gets its own $TMPDIR. The tool removes the scratch folders in
+# $TMPDIR of processes that are gone, and Bazel runs tests side by side in
+# separate PID namespaces, where one test's processes look gone to another.
+TMPDIR="$(mktemp -d /tmp/bazel-test-tmp.XXXXXXXX)"
+export TMPDIR
+status=0
+"$python" "$@" || status=$?
+rm -rf "$TMPDIR"
+exit "$status"
