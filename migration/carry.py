@@ -268,7 +268,10 @@ def carry(manifest: manifest_lib.Manifest, fork_dir: str, revs: list[str],
     targets = [b for b in newest_first if b != source]
   on_source = all(
       _is_ancestor(fork_dir, c, source) for c in commits)
-  if not on_source and source not in targets:
+  if not on_source and not onto and source not in targets:
+    # A fix made elsewhere (and not named with --onto) goes to the checked-out
+    # branch too. With --onto, only the branches named: the checked-out one
+    # may hold the fix already, folded in by `rebase --autosquash`.
     targets.insert(0, source)
   done: list[str] = []
   for branch in [*targets, *([source] if on_source else [])]:

@@ -215,6 +215,32 @@ class ForkAllTest(_ForkCase):
     for name in onto:
       self.assertNotRegex(proc.stdout, rf'{name} [#0-9, ]*#{number}\b')
 
+  def test_carry_onto_others_after_folding_the_fix_on_the_source(self):
+    # The workflow the conflict message gives: fold the fix into the checked-
+    # out branch first, then carry the (no longer reachable) fix --onto the
+    # other branches only.
+    self.run_tool('fork', '--all')
+    signal = next(p for p in self.series.patches
+                  if 'signal the calling core' in p.subject)
+    path = os.path.join(self.fork, *signal.files[0].split('/'))
+    with open(path, encoding='utf-8') as f:
+      text = f.read()
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(text.replace('    # core.\n', '    # core (carried).\n'))
+    target = self.git('log', '--format=%H', '-1', '--fixed-strings',
+                      f'--grep={signal.subject}').strip()
+    self.git('commit', '-qa', f'--fixup={target}')
+    fix = self.git('rev-parse', 'HEAD').strip()
+    self.git('-c', 'sequence.editor=true', 'rebase', '-q', '-i',
+             '--autosquash', f'upstream/{self.base(self.series)}')
+    source = self.git('rev-parse', 'HEAD').strip()
+    self.run_tool('carry', fix, '--onto=jax-0.11.2')
+    self.assertEqual(self.git('rev-parse', self.series.name).strip(), source)
+    self.run_tool('refresh', '--all')
+    with open(os.path.join(self.patches, 'jax-0.11.2', signal.name),
+              'rb') as f:
+      self.assertIn(b'+    # core (carried).\n', f.read())
+
   def test_carry_and_refresh_all_bad_inputs(self):
     proc = self.run_tool('refresh', '--all', expect=2)
     self.assertIn('run `python -m migration fork` first', proc.stderr)
