@@ -285,6 +285,21 @@ def _parse_serve(values: list[str]) -> dict[str, list[str]]:
   return out
 
 
+def _done_json(command: str, **fields) -> tuple[int, str]:
+  """Returns exit code 0 and the JSON report of a command that succeeded.
+
+  Args:
+    command: the command.
+    **fields: the report's fields besides ``command``, ``ok`` and
+      ``exit_code``.
+
+  Returns:
+    ``(0, the JSON text)``.
+  """
+  return 0, report.to_json(
+      {'command': command, 'ok': True, 'exit_code': 0, **fields})
+
+
 def _status(patches_dir: str) -> tuple[int, str]:
   fsutil.sweep_scratch()  # Of killed runs.
   manifest = manifest_lib.load(patches_dir)
@@ -366,10 +381,8 @@ def _wheel(patches_dir: str) -> tuple[int, str]:
   path = wheelbuild.build(manifest, version, _OUTPUT_DIR.value,
                           tuple(_WHEEL_DIR.value))
   if _JSON.value:
-    return 0, report.to_json({'command': 'wheel', 'ok': True,
-                              'exit_code': 0, 'wheel': os.path.abspath(path),
-                              'version': version,
-                              'release': manifest.release})
+    return _done_json('wheel', wheel=os.path.abspath(path), version=version,
+                      release=manifest.release)
   return 0, (f'Built {path}\nInstall it beside the matching jaxlib: '
              f'pip install {path} jaxlib=={version}')
 
@@ -405,10 +418,8 @@ def _fork(command: str, patches_dir: str) -> tuple[int, str]:
             f'{manifest_lib.MANIFEST}:\n'
             + '\n'.join(f'  {n}' for n in info.patches))
   if _JSON.value:
-    return 0, report.to_json({'command': command, 'ok': True, 'exit_code': 0,
-                              'fork_dir': fork_dir, 'version': info.version,
-                              'series': info.series,
-                              'patches': list(info.patches)})
+    return _done_json(command, fork_dir=fork_dir, version=info.version,
+                      series=info.series, patches=list(info.patches))
   return 0, text
 
 
@@ -431,10 +442,10 @@ def _fork_all(command: str, manifest: manifest_lib.Manifest,
             + '\n'.join(f'  {i.series}: {len(i.patches)} patch(es)'
                         for i in infos))
   if _JSON.value:
-    return 0, report.to_json({
-        'command': command, 'ok': True, 'exit_code': 0, 'fork_dir': fork_dir,
-        'branches': [{'series': i.series, 'version': i.version,
-                      'patches': list(i.patches)} for i in infos]})
+    return _done_json(
+        command, fork_dir=fork_dir,
+        branches=[{'series': i.series, 'version': i.version,
+                   'patches': list(i.patches)} for i in infos])
   return 0, text
 
 
@@ -448,10 +459,8 @@ def _carry(patches_dir: str, revs: list[str]) -> tuple[int, str]:
   onto = [] if _ONTO.value == ['all'] else list(_ONTO.value)
   result = carry.carry(manifest, fork_dir, revs, onto or None)
   if _JSON.value:
-    return 0, report.to_json({
-        'command': 'carry', 'ok': True, 'exit_code': 0,
-        'commits': list(result.commits), 'source': result.source,
-        'branches': list(result.branches)})
+    return _done_json('carry', commits=list(result.commits),
+                      source=result.source, branches=list(result.branches))
   return 0, (f'Carried {len(result.commits)} commit(s) '
              f'({"; ".join(result.subjects)}) from {result.source} to '
              f'{", ".join(result.branches) or "no other branch"}. Next: '
@@ -466,13 +475,11 @@ def _port(patches_dir: str) -> tuple[int, str]:
   result = port.port(manifest, versions[0], tuple(_WHEEL_DIR.value),
                      _README.value)
   if _JSON.value:
-    return 0, report.to_json({
-        'command': 'port', 'ok': True, 'exit_code': 0,
-        'version': result.version, 'nearest': result.nearest,
-        'source_series': result.source_series, 'series': result.series,
-        'new_series': result.new_series,
-        'fits': dict(result.fits), 'readme': result.readme,
-        'python': result.python, 'todo': list(result.todo)})
+    return _done_json(
+        'port', version=result.version, nearest=result.nearest,
+        source_series=result.source_series, series=result.series,
+        new_series=result.new_series, fits=dict(result.fits),
+        readme=result.readme, python=result.python, todo=list(result.todo))
   how = (f'wrote the new series {result.series} (rebased with a 3-way '
          'merge)' if result.new_series else
          f'added it to {result.series} (it applies exactly)')
@@ -543,8 +550,7 @@ def _export_upstream(patches_dir: str) -> tuple[int, str]:
                             tests_dir, manifest_lib.load(patches_dir),
                             _SERIES.value, _TEST_PYTHON.value)
   if _JSON.value:
-    return 0, report.to_json({'command': 'export-upstream', 'ok': True,
-                              'exit_code': 0, 'patches': written})
+    return _done_json('export-upstream', patches=written)
   return 0, ('Wrote one commit per patch, each with its pull request '
              'description (.md) beside it; apply them in order in the jax '
              'checkout with git am --keep-non-patch:\n'
@@ -566,8 +572,7 @@ def _manifest(patches_dir: str) -> tuple[int, str]:
   data = manifest_lib.generate(patches_dir, _parse_serve(_SERVE.value),
                                _RELEASE.value, tuple(_WHEEL_DIR.value))
   if _JSON.value:
-    return 0, report.to_json({'command': 'manifest', 'ok': True,
-                              'exit_code': 0, 'manifest': data})
+    return _done_json('manifest', manifest=data)
   lines = [f'Wrote {patches_dir}/{manifest_lib.MANIFEST} '
            f'(release {data["release"]}).']
   for name, s in data['series'].items():

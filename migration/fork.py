@@ -97,40 +97,87 @@ def materialize(manifest: manifest_lib.Manifest, fork_dir: str,
   series = manifest.series_for(version)
   if series is None:
     raise errors.UnsupportedError(manifest.not_served_message(version))
+  package = _new_package(fork_dir)
+  wheel = wheels.pristine_wheel(version, wheel_dirs)
+  os.makedirs(fork_dir, exist_ok=True)
+  try:
+    _init(fork_dir, series.name)
+    return _commit_series(fork_dir, version, wheel, series)
+  except BaseException:
+    shutil.rmtree(package, ignore_errors=True)
+    raise
+
+
+def _new_package(fork_dir: str) -> str:
+  """Returns ``fork_dir/jax``, which the fork's git repository will be.
+
+  Raises:
+    EnvironmentProblem: git is missing.
+    ModifiedError: ``fork_dir/jax`` already exists (it may hold work).
+  """
   gitapply.git_executable()
   package = os.path.join(fork_dir, PACKAGE_DIR)
   if os.path.exists(package):
     raise errors.ModifiedError(
         f'{package} already exists and may hold unrefreshed work; run '
         f'refresh, or delete it to start over. Nothing was changed.')
-  wheel = wheels.pristine_wheel(version, wheel_dirs)
-  os.makedirs(fork_dir, exist_ok=True)
-  try:
-    wheels.extract(wheel, _members(wheel, series.files), fork_dir)
-    _git(fork_dir, 'init', '-q', '-b', series.name)
-    # Relative, so that the fork can be moved; git finds it from jax/.
-    _git(fork_dir, 'config', 'core.worktree', '../..')
-    with open(os.path.join(package, '.git', 'info', 'exclude'), 'a',
-              encoding='utf-8') as f:
-      f.write(f'# Only upstream files live here.\n/*\n!/{PACKAGE_DIR}/\n')
-    _git(fork_dir, 'add', '-A', PACKAGE_DIR)
-    stamp = {'GIT_AUTHOR_NAME': 'The JAX Authors',
-             'GIT_AUTHOR_EMAIL': 'jax-dev@google.com',
-             'GIT_AUTHOR_DATE': '2000-01-01T00:00:00Z',
-             'GIT_COMMITTER_DATE': '2000-01-01T00:00:00Z'}
-    _git(fork_dir, 'commit', '-q', '--no-verify', '-m',
-         f'jax {version} as released ({os.path.basename(wheel)}).',
-         env=stamp)
-    _git(fork_dir, 'tag', f'upstream/{version}')
-    patches = series.to_apply(version)
-    if patches:
-      _git(fork_dir, 'am', '-q', '--keep-non-patch',
-           '--committer-date-is-author-date', *(p.path for p in patches))
-  except BaseException:
-    shutil.rmtree(package, ignore_errors=True)
-    raise
+  return package
+
+
+def _init(fork_dir: str, branch: str) -> None:
+  """Makes ``fork_dir/jax`` the fork's git repository, on ``branch``."""
+  package = os.path.join(fork_dir, PACKAGE_DIR)
+  os.makedirs(package)
+  _git(fork_dir, 'init', '-q', '-b', branch)
+  # Relative, so that the fork can be moved; git finds it from jax/.
+  _git(fork_dir, 'config', 'core.worktree', '../..')
+  with open(os.path.join(package, '.git', 'info', 'exclude'), 'a',
+            encoding='utf-8') as f:
+    f.write(f'# Only upstream files live here.\n/*\n!/{PACKAGE_DIR}/\n')
+
+
+def _commit_series(fork_dir: str, version: str, wheel: str,
+                   series: manifest_lib.Series) -> ForkInfo:
+  """Commits a release's files, then one commit per patch it needs.
+
+  The first commit holds the released files of ``series``' folders, tagged
+  ``upstream/VERSION`` (``_commit_release``); ``git am`` adds the patches
+  ``version`` needs.
+
+  Args:
+    fork_dir: the fork's folder; its repository is on the branch to commit
+      to.
+    version: the release whose files ``wheel`` holds.
+    wheel: pip's wheel of jax ``version``.
+    series: the series.
+
+  Returns:
+    What was committed.
+
+  Raises:
+    ConflictError: ``git am`` failed.
+  """
+  _commit_release(fork_dir, version, wheel, series)
+  patches = series.to_apply(version)
+  if patches:
+    _git(fork_dir, 'am', '-q', '--keep-non-patch',
+         '--committer-date-is-author-date', *(p.path for p in patches))
   return ForkInfo(fork_dir, version, series.name,
                   tuple(p.name for p in patches))
+
+
+def _commit_release(fork_dir: str, version: str, wheel: str,
+                    series: manifest_lib.Series) -> None:
+  """Commits the released files of ``series``' folders; tags the commit."""
+  wheels.extract(wheel, _members(wheel, series.files), fork_dir)
+  _git(fork_dir, 'add', '-A', PACKAGE_DIR)
+  stamp = {'GIT_AUTHOR_NAME': 'The JAX Authors',
+           'GIT_AUTHOR_EMAIL': 'jax-dev@google.com',
+           'GIT_AUTHOR_DATE': '2000-01-01T00:00:00Z',
+           'GIT_COMMITTER_DATE': '2000-01-01T00:00:00Z'}
+  _git(fork_dir, 'commit', '-q', '--no-verify', '-m',
+       f'jax {version} as released ({os.path.basename(wheel)}).', env=stamp)
+  _git(fork_dir, 'tag', f'upstream/{version}')
 
 
 def _upstream_tag(fork_dir: str, rev: str = 'HEAD') -> str:
@@ -307,12 +354,7 @@ def materialize_all(manifest: manifest_lib.Manifest, fork_dir: str,
     EnvironmentProblem: git is missing or a wheel cannot be fetched.
     ConflictError: ``git am`` failed.
   """
-  gitapply.git_executable()
-  package = os.path.join(fork_dir, PACKAGE_DIR)
-  if os.path.exists(package):
-    raise errors.ModifiedError(
-        f'{package} already exists and may hold unrefreshed work; run '
-        f'refresh, or delete it to start over. Nothing was changed.')
+  package = _new_package(fork_dir)
   ordered = _by_base(manifest)
   for s in ordered:
     skipped = set(s.upstream.get(base_version(s), ()))
@@ -326,44 +368,19 @@ def materialize_all(manifest: manifest_lib.Manifest, fork_dir: str,
   out = []
   try:
     for i, (s, wheel) in enumerate(zip(ordered, wheel_paths)):
-      version = base_version(s)
       if i == 0:
-        os.makedirs(package)
-        _git(fork_dir, 'init', '-q', '-b', s.name)
-        _git(fork_dir, 'config', 'core.worktree', '../..')
+        _init(fork_dir, s.name)
         # Stable abbreviated blob ids in the patches' index lines.
         _git(fork_dir, 'config', 'core.abbrev', '7')
-        with open(os.path.join(package, '.git', 'info', 'exclude'), 'a',
-                  encoding='utf-8') as f:
-          f.write(f'# Only upstream files live here.\n/*\n!/{PACKAGE_DIR}/\n')
       else:
         _git(fork_dir, 'switch', '-q', '--orphan', s.name)
-      _commit_release(fork_dir, version, wheel, s)
-      patches = s.to_apply(version)
-      _git(fork_dir, 'am', '-q', '--keep-non-patch',
-           '--committer-date-is-author-date', *(p.path for p in patches))
-      out.append(ForkInfo(fork_dir, version, s.name,
-                          tuple(p.name for p in patches)))
+      out.append(_commit_series(fork_dir, base_version(s), wheel, s))
     newest = manifest.series_for(manifest.served_versions()[-1])
     _git(fork_dir, 'checkout', '-q', newest.name)
   except BaseException:
     shutil.rmtree(package, ignore_errors=True)
     raise
   return out
-
-
-def _commit_release(fork_dir: str, version: str, wheel: str,
-                    series: manifest_lib.Series) -> None:
-  """Commits the released files of ``series``' folders; tags the commit."""
-  wheels.extract(wheel, _members(wheel, series.files), fork_dir)
-  _git(fork_dir, 'add', '-A', PACKAGE_DIR)
-  stamp = {'GIT_AUTHOR_NAME': 'The JAX Authors',
-           'GIT_AUTHOR_EMAIL': 'jax-dev@google.com',
-           'GIT_AUTHOR_DATE': '2000-01-01T00:00:00Z',
-           'GIT_COMMITTER_DATE': '2000-01-01T00:00:00Z'}
-  _git(fork_dir, 'commit', '-q', '--no-verify', '-m',
-       f'jax {version} as released ({os.path.basename(wheel)}).', env=stamp)
-  _git(fork_dir, 'tag', f'upstream/{version}')
 
 
 def series_branches(manifest: manifest_lib.Manifest,

@@ -89,20 +89,16 @@ def _rebase(source: manifest_lib.Series, nearest: str, version: str,
   Raises:
     ConflictError: a commit does not merge; names patch, file and hunk.
   """
-  os.makedirs(os.path.join(work, fork.PACKAGE_DIR))
-  fork._git(work, 'init', '-q', '-b', 'old')
+  fork._init(work, 'old')
   fork._git(work, 'config', 'core.abbrev', '7')
-  fork._commit_release(work, nearest,
-                       wheels.pristine_wheel(nearest, wheel_dirs), source)
-  patches = source.to_apply(nearest)
-  fork._git(work, 'am', '-q', '--keep-non-patch',
-            '--committer-date-is-author-date', *(p.path for p in patches))
+  old = fork._commit_series(work, nearest,
+                            wheels.pristine_wheel(nearest, wheel_dirs), source)
   fork._git(work, 'switch', '-q', '--orphan', 'new')
   fork._commit_release(work, version,
                        wheels.pristine_wheel(version, wheel_dirs), source)
   commits = fork._git(work, 'rev-list', '--reverse',
                       f'upstream/{nearest}..old').split()
-  for commit, patch in zip(commits, patches):
+  for commit, patch in zip(commits, old.patches):
     try:
       fork._git(work, 'cherry-pick', '--allow-empty', commit)
     except errors.ConflictError as e:
@@ -111,9 +107,9 @@ def _rebase(source: manifest_lib.Series, nearest: str, version: str,
         raise
       detail = carry.describe_conflict(work, f'jax {version}', commit,
                                        'the patch')
-      detail = detail.replace(f' of {commit[:12]} ', f' of {patch.name} ')
+      detail = detail.replace(f' of {commit[:12]} ', f' of {patch} ')
       raise errors.ConflictError(
-          f'{patch.name} of {source.name} does not merge onto jax '
+          f'{patch} of {source.name} does not merge onto jax '
           f'{version} (3-way merge). Nothing was written.\n{detail}') from e
   return fork._format_series(work, version, 'new', out)
 

@@ -45,18 +45,32 @@ jax.config.parse_flags_with_absl()
 class InterpretLocalSignalTest(test_util.InterpretTestCase):
   """Tests of `pl.semaphore_signal` without `core_index` (patch 0001)."""
 
-  def test_local_signal_targets_calling_core(self):
-    mesh = test_util.tensorcore_mesh(axis_name='core', num_cores=2)
+  def _core_kernel(self, num_cores, out_type, **params):
+    """Returns `pl.kernel` over a mesh of `num_cores` TensorCores.
 
-    @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct((2, 8, 128), jnp.float32),
-        mesh=mesh,
+    The kernel body gets its operands' refs, the output ref, an `(8, 128)`
+    VMEM buffer of the output's dtype and a REGULAR semaphore.
+
+    Args:
+      num_cores: The number of cores.
+      out_type: The output's `jax.ShapeDtypeStruct`.
+      **params: Fields of `InterpretParams`.
+
+    Returns:
+      A decorator for the kernel body.
+    """
+    return test_util.kernel(
+        out_type=out_type,
+        mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=num_cores),
         scratch_types=[
-            pltpu.VMEM((8, 128), jnp.float32),
+            pltpu.VMEM((8, 128), out_type.dtype),
             pltpu.SemaphoreType.REGULAR,
         ],
-        interpret=pltpu.InterpretParams(),
+        interpret=test_util.interpret_params(**params),
     )
+
+  def test_local_signal_targets_calling_core(self):
+    @self._core_kernel(2, jax.ShapeDtypeStruct((2, 8, 128), jnp.float32))
     def kernel(o_ref, vmem_ref, sem):
       core = jax.lax.axis_index('core')
       # Without a `core_index`, each core signals its own semaphore.
@@ -78,6 +92,31 @@ class InterpretLocalSignalTest(test_util.InterpretTestCase):
 class InterpretSemaphoreReadTest(test_util.InterpretTestCase):
   """Tests of `pl.semaphore_read` (patch 0002)."""
 
+  def _run_single_core(
+      self, kernel, num_outputs, semaphore=pltpu.SemaphoreType.REGULAR,
+      **params
+  ):
+    """Runs `kernel(o_ref, sem)` on one core and returns `o_ref`.
+
+    Args:
+      kernel: The kernel body; `o_ref` is int32[num_outputs] in SMEM.
+      num_outputs: The length of the output.
+      semaphore: The type of the scratch semaphore `sem`.
+      **params: Fields of `InterpretParams`.
+
+    Returns:
+      The output, int32[num_outputs].
+    """
+    return jax.block_until_ready(
+        pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((num_outputs,), jnp.int32),
+            out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+            scratch_shapes=[semaphore],
+            interpret=test_util.interpret_params(**params),
+        )()
+    )
+
   def test_signal_read_wait_read(self):
     def kernel(o_ref, sem):
       pl.semaphore_signal(sem, 3)
@@ -85,13 +124,7 @@ class InterpretSemaphoreReadTest(test_util.InterpretTestCase):
       pl.semaphore_wait(sem, 3)
       o_ref[1] = pl.semaphore_read(sem)
 
-    out = pl.pallas_call(
-        kernel,
-        out_shape=jax.ShapeDtypeStruct((2,), jnp.int32),
-        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
-        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-        interpret=pltpu.InterpretParams(),
-    )()
+    out = self._run_single_core(kernel, 2)
     np.testing.assert_array_equal(out, [3, 0])
 
 
@@ -100,6 +133,11 @@ class InterpretSemaphoreReadTest(test_util.InterpretTestCase):
 @jtu.thread_unsafe_test_class()
 class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
   """Tests of `pl.semaphore_wait(..., decrement=False)` (patch 0003)."""
+
+  # The helpers of the tests of patches 0001 and 0002, which upstream's
+  # InterpretTest has before this class's tests are added to it.
+  _core_kernel = InterpretLocalSignalTest._core_kernel
+  _run_single_core = InterpretSemaphoreReadTest._run_single_core
 
   def test_nondecrementing_wait_leaves_count(self):
     def kernel(o_ref, sem):
@@ -113,15 +151,9 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
       pl.semaphore_wait(sem, 2)
       o_ref[3] = pl.semaphore_read(sem)
 
-    out = pl.pallas_call(
-        kernel,
-        out_shape=jax.ShapeDtypeStruct((4,), jnp.int32),
-        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
-        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-        interpret=pltpu.InterpretParams(
-            allow_non_decrementing_semaphore_wait=True,
-        ),
-    )()
+    out = self._run_single_core(
+        kernel, 4, allow_non_decrementing_semaphore_wait=True
+    )
     np.testing.assert_array_equal(out, [2, 2, 2, 0])
 
   def test_nondecrementing_wait_needs_allow_flag(self):
@@ -136,13 +168,7 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
         r'not supported by the Mosaic TPU compiler.*'
         r'InterpretParams\(allow_non_decrementing_semaphore_wait=True\)',
     ):
-      pl.pallas_call(
-          kernel,
-          out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
-          out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
-          scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-          interpret=pltpu.InterpretParams(),
-      )()
+      self._run_single_core(kernel, 1)
 
   @parameterized.parameters(False, True)
   def test_nondecrementing_wait_reported_count_at_exit(self, drain):
@@ -159,16 +185,9 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
 
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-      out = pl.pallas_call(
-          kernel,
-          out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
-          out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
-          scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-          interpret=pltpu.InterpretParams(
-              allow_non_decrementing_semaphore_wait=True,
-          ),
-      )()
-      out = jax.block_until_ready(out)
+      out = self._run_single_core(
+          kernel, 1, allow_non_decrementing_semaphore_wait=True
+      )
     np.testing.assert_array_equal(out, [1])
     if drain:
       self.assertNotIn('non-zero count', stdout.getvalue())
@@ -188,15 +207,12 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
         pl.semaphore_wait(sems.at[i], i + 1)
       o_ref[4] = sum(pl.semaphore_read(sems.at[i]) for i in range(4))
 
-    out = pl.pallas_call(
+    out = self._run_single_core(
         kernel,
-        out_shape=jax.ShapeDtypeStruct((5,), jnp.int32),
-        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
-        scratch_shapes=[pltpu.SemaphoreType.REGULAR((4,))],
-        interpret=pltpu.InterpretParams(
-            allow_non_decrementing_semaphore_wait=True,
-        ),
-    )()
+        5,
+        pltpu.SemaphoreType.REGULAR((4,)),
+        allow_non_decrementing_semaphore_wait=True,
+    )
     np.testing.assert_array_equal(out, [1, 2, 3, 4, 0])
 
   @parameterized.parameters(False, True)
@@ -205,17 +221,12 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
       pl.semaphore_wait(sem, 0, decrement=False)
       o_ref[0] = pl.semaphore_read(sem)
 
-    out = pl.pallas_call(
+    out = self._run_single_core(
         kernel,
-        out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
-        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
-        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-        interpret=test_util.interpret_params(
-            allow_non_decrementing_semaphore_wait=True,
-            detect_races=detect_races,
-        ),
-    )()
-    out = jax.block_until_ready(out)
+        1,
+        allow_non_decrementing_semaphore_wait=True,
+        detect_races=detect_races,
+    )
     np.testing.assert_array_equal(out, [0])
 
   def test_nondecrementing_wait_in_loop_and_when(self):
@@ -237,16 +248,9 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
       pl.semaphore_wait(sem, num_iterations)
       o_ref[1] = pl.semaphore_read(sem)
 
-    out = pl.pallas_call(
-        kernel,
-        out_shape=jax.ShapeDtypeStruct((2,), jnp.int32),
-        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
-        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-        interpret=pltpu.InterpretParams(
-            allow_non_decrementing_semaphore_wait=True,
-        ),
-    )()
-    out = jax.block_until_ready(out)
+    out = self._run_single_core(
+        kernel, 2, allow_non_decrementing_semaphore_wait=True
+    )
     # The count is 1, 2, ..., num_iterations after each iteration's signal.
     expected_sum = sum(range(1, num_iterations + 1))
     np.testing.assert_array_equal(out, [expected_sum, 0])
@@ -297,18 +301,10 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
   def test_nondecrementing_wait_flag_across_cores(self, num_cores):
     # Core 0 raises a flag on every core; each core polls it twice without
     # consuming it, records the count it sees, and then consumes it.
-    mesh = test_util.tensorcore_mesh(axis_name='core', num_cores=num_cores)
-
-    @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct((num_cores, 8, 128), jnp.int32),
-        mesh=mesh,
-        scratch_types=[
-            pltpu.VMEM((8, 128), jnp.int32),
-            pltpu.SemaphoreType.REGULAR,
-        ],
-        interpret=pltpu.InterpretParams(
-            allow_non_decrementing_semaphore_wait=True,
-        ),
+    @self._core_kernel(
+        num_cores,
+        jax.ShapeDtypeStruct((num_cores, 8, 128), jnp.int32),
+        allow_non_decrementing_semaphore_wait=True,
     )
     def kernel(o_ref, vmem_ref, sem):
       core = jax.lax.axis_index('core')
@@ -341,19 +337,11 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
     # Core 1 writes a shared HBM buffer and then signals core 0, which reads
     # the buffer. The non-decrementing wait orders the write before the read;
     # without it, race detection must report a race.
-    mesh = test_util.tensorcore_mesh(axis_name='core', num_cores=2)
-
-    @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-        mesh=mesh,
-        scratch_types=[
-            pltpu.VMEM((8, 128), jnp.float32),
-            pltpu.SemaphoreType.REGULAR,
-        ],
-        interpret=test_util.interpret_params(
-            allow_non_decrementing_semaphore_wait=True,
-            detect_races=True,
-        ),
+    @self._core_kernel(
+        2,
+        jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        allow_non_decrementing_semaphore_wait=True,
+        detect_races=True,
     )
     def kernel(x_ref, o_ref, vmem_ref, sem):
       core = jax.lax.axis_index('core')
@@ -376,16 +364,10 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
     self.assertEqual(mosaic_interpret.races.races_found, not wait_before_read)
 
   def test_nondecrementing_wait_does_not_hang_after_exception(self):
-    @test_util.kernel(
-        mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=2),
-        out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-        scratch_types=[
-            pltpu.VMEM((8, 128), jnp.float32),
-            pltpu.SemaphoreType.REGULAR,
-        ],
-        interpret=pltpu.InterpretParams(
-            allow_non_decrementing_semaphore_wait=True,
-        ),
+    @self._core_kernel(
+        2,
+        jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        allow_non_decrementing_semaphore_wait=True,
     )
     def kernel(x_ref, o_ref, vmem_ref, sem):
       core_index = jax.lax.axis_index('core')
