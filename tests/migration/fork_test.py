@@ -167,9 +167,12 @@ class ForkAllTest(_ForkCase):
     self.assertEqual(_tree_bytes(self.patches), before)
     self.run_tool('drift')  # Unchanged series: no new drift.
 
-  def test_carry_stops_at_a_conflict_then_carries_and_drift_sees_the_rest(
-      self):
-    self.run_tool('fork', '--all')
+  def commit_fixup(self):
+    """Commits, on the checked-out branch, a fix to the local-signal patch.
+
+    Returns:
+      The patch and the fixup commit.
+    """
     signal = next(p for p in self.series.patches
                   if 'signal the calling core' in p.subject)
     path = os.path.join(self.fork, *signal.files[0].split('/'))
@@ -181,7 +184,12 @@ class ForkAllTest(_ForkCase):
     target = self.git('log', '--format=%H', '-1', '--fixed-strings',
                       f'--grep={signal.subject}').strip()
     self.git('commit', '-qa', f'--fixup={target}')
-    fix = self.git('rev-parse', 'HEAD').strip()
+    return signal, self.git('rev-parse', 'HEAD').strip()
+
+  def test_carry_stops_at_a_conflict_then_carries_and_drift_sees_the_rest(
+      self):
+    self.run_tool('fork', '--all')
+    signal, fix = self.commit_fixup()
     # 0.8.0 makes this change in shared_memory.py: the 3-way merge conflicts.
     old = self.git('rev-parse', 'jax-0.8.0').strip()
     proc = self.run_tool('carry', fix, '--onto=jax-0.8.0', expect=4)
@@ -220,17 +228,7 @@ class ForkAllTest(_ForkCase):
     # out branch first, then carry the (no longer reachable) fix --onto the
     # other branches only.
     self.run_tool('fork', '--all')
-    signal = next(p for p in self.series.patches
-                  if 'signal the calling core' in p.subject)
-    path = os.path.join(self.fork, *signal.files[0].split('/'))
-    with open(path, encoding='utf-8') as f:
-      text = f.read()
-    with open(path, 'w', encoding='utf-8') as f:
-      f.write(text.replace('    # core.\n', '    # core (carried).\n'))
-    target = self.git('log', '--format=%H', '-1', '--fixed-strings',
-                      f'--grep={signal.subject}').strip()
-    self.git('commit', '-qa', f'--fixup={target}')
-    fix = self.git('rev-parse', 'HEAD').strip()
+    signal, fix = self.commit_fixup()
     self.git('-c', 'sequence.editor=true', 'rebase', '-q', '-i',
              '--autosquash', f'upstream/{self.base(self.series)}')
     source = self.git('rev-parse', 'HEAD').strip()
