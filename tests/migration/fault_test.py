@@ -24,12 +24,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 
-import absl
 from absl.testing import absltest
-import filelock
+import venv_util
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -81,22 +79,11 @@ class FaultTest(absltest.TestCase):
     cls.series = cls.manifest.series_for(VERSION)
     cls.files = list(cls.series.files)
     cls.wheel = wheels.pristine_wheel(VERSION)
-    cls.root = os.path.realpath(tempfile.mkdtemp(prefix='migration-fault-'))
-    # The target: a venv without pip, jax installed into its site-packages.
-    venv = os.path.join(cls.root, 'venv')
-    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', venv],
-                   check=True)
-    cls.python = os.path.join(venv, 'bin', 'python')
-    cls.site = subprocess.run(
-        [cls.python, '-c', 'import sysconfig; '
-         'print(sysconfig.get_paths()["purelib"])'],
-        check=True, capture_output=True, text=True).stdout.strip()
-    subprocess.run([sys.executable, '-m', 'pip', 'install', '-q', '--no-deps',
-                    '--disable-pip-version-check', '--ignore-requires-python',
-                    '--no-compile', '--target', cls.site, cls.wheel],
-                   check=True)
-    cls.state_dir = os.path.join(os.path.dirname(cls.site),
-                                 '.jax-interpret-patches')
+    # The target: a venv without pip, jax installed into its site-packages;
+    # the tool runs with absl and filelock only.
+    venv = venv_util.make('migration-fault-', cls.wheel, with_pip=False)
+    cls.root, cls.python, cls.site = venv.root, venv.python, venv.site
+    cls.state_dir, cls.deps = venv.state_dir, venv.deps
     cls.jax_dir = os.path.join(cls.site, 'jax')
     # The expected ends, computed independently of the tool: pristine from
     # jax's RECORD, patched by git apply of the series on the wheel's files.
@@ -123,12 +110,6 @@ class FaultTest(absltest.TestCase):
       with open(os.path.join(work, p), 'rb') as f:
         cls.patched_sha[p] = _sha(f.read())
     shutil.rmtree(work)
-    # What the tool runs with: absl and filelock only.
-    cls.deps = os.path.join(cls.root, 'deps')
-    os.makedirs(cls.deps)
-    for mod in (absl, filelock):
-      src = os.path.dirname(mod.__file__)
-      os.symlink(src, os.path.join(cls.deps, os.path.basename(src)))
     cls.tmp = os.path.join(cls.root, 'tmp')
     cls.home = os.path.join(cls.root, 'home')
     cls.decoy = os.path.join(cls.root, 'decoy')
