@@ -48,7 +48,8 @@ class MigrationCliTest(absltest.TestCase):
     with zipfile.ZipFile(cls.wheel) as zf:
       cls.pristine = {f: zf.read(f) for f in cls.files}
     # A venv with pip (and without the `wheel` package), jax installed by it.
-    venv = venv_util.make('migration-test-', cls.wheel, with_pip=True)
+    cls.venv = venv = venv_util.make('migration-test-', cls.wheel,
+                                     with_pip=True)
     cls.root, cls.python, cls.site = venv.root, venv.python, venv.site
     cls.state_dir, cls.deps = venv.state_dir, venv.deps
 
@@ -60,16 +61,10 @@ class MigrationCliTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     # Start every test from the released files, bytecode compiled.
-    for f, data in self.pristine.items():
-      with open(self.path(f), 'wb') as out:
-        out.write(data)
-    shutil.rmtree(self.state_dir, ignore_errors=True)
-    subprocess.run([self.python, '-m', 'compileall', '-q',
-                    os.path.dirname(self.path(self.files[0]))],
-                   capture_output=True, check=False)
+    self.venv.restore(self.pristine)
 
   def path(self, relpath: str) -> str:
-    return os.path.join(self.site, *relpath.split('/'))
+    return self.venv.path(relpath)
 
   def read(self, relpath: str) -> bytes:
     with open(self.path(relpath), 'rb') as f:

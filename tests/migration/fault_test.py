@@ -81,7 +81,8 @@ class FaultTest(absltest.TestCase):
     cls.wheel = wheels.pristine_wheel(VERSION)
     # The target: a venv without pip, jax installed into its site-packages;
     # the tool runs with absl and filelock only.
-    venv = venv_util.make('migration-fault-', cls.wheel, with_pip=False)
+    cls.venv = venv = venv_util.make('migration-fault-', cls.wheel,
+                                     with_pip=False)
     cls.root, cls.python, cls.site = venv.root, venv.python, venv.site
     cls.state_dir, cls.deps = venv.state_dir, venv.deps
     cls.jax_dir = os.path.join(cls.site, 'jax')
@@ -122,11 +123,7 @@ class FaultTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    for p, data in self.pristine.items():
-      fsutil.remove(self.path(p))
-      with open(self.path(p), 'wb') as f:
-        f.write(data)
-    shutil.rmtree(self.state_dir, ignore_errors=True)
+    self.venv.restore(self.pristine)  # With bytecode, as an import leaves.
     for p in self.leftovers():  # Of a test that ends with a corrupt journal.
       if os.path.isdir(p) and not os.path.islink(p):
         shutil.rmtree(p)
@@ -137,15 +134,10 @@ class FaultTest(absltest.TestCase):
       os.makedirs(d)
     with open(os.path.join(self.decoy, 'victim'), 'wb') as f:
       f.write(b'must not change\n')
-    # Bytecode, as an import leaves it (jax may need a newer Python than
-    # this one: the tool does not import it, and some files may not compile).
-    subprocess.run([self.python, '-m', 'compileall', '-q',
-                    os.path.dirname(self.path(self.files[0]))],
-                   capture_output=True, check=False)
     self.outside = self.snapshot_outside()
 
   def path(self, relpath: str) -> str:
-    return os.path.join(self.site, *relpath.split('/'))
+    return self.venv.path(relpath)
 
   def snapshot_outside(self) -> dict[str, tuple]:
     """Everything under the test's root but site-packages/jax, the state

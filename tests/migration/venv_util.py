@@ -9,8 +9,10 @@ of the running Python.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +37,32 @@ class JaxVenv:
   site: str
   state_dir: str
   deps: str
+
+  def path(self, relpath: str) -> str:
+    """The path of ``relpath`` (``/``-separated) under site-packages."""
+    return os.path.join(self.site, *relpath.split('/'))
+
+  def restore(self, files: dict[str, bytes]) -> None:
+    """Puts jax back as a test starts from it.
+
+    Writes ``files`` (relpath -> content; a link at a path is replaced, not
+    followed), removes the tool's state directory, and compiles bytecode in
+    the files' directories as an import leaves it (errors ignored: jax may
+    need a newer Python than the venv's, which the tool never imports it
+    with).
+
+    Args:
+      files: the released content of the tool's target files.
+    """
+    for relpath, data in files.items():
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(self.path(relpath))
+      with open(self.path(relpath), 'wb') as f:
+        f.write(data)
+    shutil.rmtree(self.state_dir, ignore_errors=True)
+    subprocess.run([self.python, '-m', 'compileall', '-q',
+                    *sorted({os.path.dirname(self.path(p)) for p in files})],
+                   capture_output=True, check=False)
 
 
 def make(prefix: str, wheel: str, with_pip: bool) -> JaxVenv:
