@@ -139,7 +139,6 @@ class ScratchSweepTest(absltest.TestCase):
     os.rename(path, renamed)
     self.assertFalse(fsutil._alive(dead))
     self.sweep()
-    fsutil.sweep_scratch()
     self.assertLive(renamed)
     # Its maker killed: the next sweep removes it.
     self.kill(proc)
