@@ -26,9 +26,10 @@ if [[ -d "$wheels" ]]; then
   export JAX_INTERPRET_PATCHES_WHEEL_DIRS="${JAX_INTERPRET_PATCHES_WHEEL_DIRS:-$wheels}"
   export PIP_NO_INDEX=1 PIP_FIND_LINKS="$wheels" PIP_DISABLE_PIP_VERSION_CHECK=1
 fi
-# Each test gets its own $TMPDIR. The tool removes the scratch folders in
-# $TMPDIR of processes that are gone, and Bazel runs tests side by side in
-# separate PID namespaces, where one test's processes look gone to another.
+# Each test gets its own $TMPDIR, removed afterwards, so that tests running
+# side by side (in separate PID namespaces) never see each other's
+# temporary files and none outlive their test. The tool no longer needs it:
+# its sweep of scratch folders goes by an owner lock, not by process id.
 TMPDIR="$(mktemp -d /tmp/bazel-test-tmp.XXXXXXXX)"
 export TMPDIR
 status=0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import glob
 import hashlib
 import os
@@ -20,6 +21,7 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 from typing import Iterator
 
 from migration import errors
@@ -29,6 +31,12 @@ TMP_PREFIX = '.jax-interpret-patches-'
 # The start of every scratch directory the tool creates in $TMPDIR.
 SCRATCH_PREFIX = 'jax-interpret-'
 _SCRATCH_RE = re.compile(re.escape(SCRATCH_PREFIX) + r'[a-z]+-(\d+)-')
+# The owner lock file in every scratch directory.
+OWNER_LOCK = '.owner.lock'
+# A scratch directory without an owner lock file was made by a tool version
+# from before the lock (or is being made right now): the sweep removes it
+# only if it is older than this, in seconds, and its process id is not alive.
+LEGACY_SCRATCH_AGE_S = 24 * 3600
 
 
 def check_relpath(relpath: object, what: str) -> str:
@@ -179,12 +187,36 @@ def sweep(directories) -> None:
 def scratch(kind: str) -> Iterator[str]:
   """A scratch directory in $TMPDIR, removed afterwards.
 
-  Its name carries this process's id, so that ``sweep_scratch`` can remove
-  it if this process is killed.
+  Named ``jax-interpret-<kind>-<pid>-<random>``. While it exists this
+  process holds an exclusive ``flock`` on its ``OWNER_LOCK`` file, so that
+  ``sweep_scratch`` (of any process, in any PID namespace) leaves it alone,
+  and removes it once this process is gone, killed or not.
+
+  Args:
+    kind: a lowercase word naming the use (``stage``, ``status``, ...).
+
+  Yields:
+    The directory's path.
+
+  Raises:
+    OSError: the directory or its lock file cannot be made, or the
+      directory cannot be removed afterwards.
   """
-  with tempfile.TemporaryDirectory(
-      prefix=f'{SCRATCH_PREFIX}{kind}-{os.getpid()}-') as d:
+  d = tempfile.mkdtemp(prefix=f'{SCRATCH_PREFIX}{kind}-{os.getpid()}-')
+  fd = -1
+  try:
+    # The lock file is locked before it gets its name: a sweep never sees
+    # it unlocked while this process lives.
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=d)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # A new file: no wait.
+    os.rename(tmp, os.path.join(d, OWNER_LOCK))
     yield d
+  finally:
+    try:
+      shutil.rmtree(d)  # Still locked while it goes.
+    finally:
+      if fd >= 0:
+        os.close(fd)
 
 
 def _alive(pid: int) -> bool:
@@ -197,8 +229,48 @@ def _alive(pid: int) -> bool:
   return True
 
 
+def _take_owner_lock(dir_fd: int, pid: int, mtime: float) -> int | None:
+  """Takes the owner lock of the scratch directory open as ``dir_fd``.
+
+  Args:
+    dir_fd: the directory, opened without following a link.
+    pid: the process id in its name.
+    mtime: its modification time, in seconds since the epoch.
+
+  Returns:
+    An open fd holding the lock (-1 for a directory without a lock file
+    that counts as unowned), or None if a live process may own it.
+  """
+  try:
+    fd = os.open(OWNER_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK,
+                 dir_fd=dir_fd)
+  except FileNotFoundError:
+    # An older tool version's (or one being made right now).
+    if time.time() - mtime > LEGACY_SCRATCH_AGE_S and not _alive(pid):
+      return -1
+    return None
+  except OSError:  # A link (ELOOP), or unreadable: not ours to judge.
+    return None
+  try:
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      return fd
+  except OSError:  # Held (EWOULDBLOCK): its maker is alive.
+    pass
+  os.close(fd)
+  return None
+
+
 def sweep_scratch() -> None:
-  """Removes scratch directories in $TMPDIR whose process is gone."""
+  """Removes the scratch directories in $TMPDIR of processes that are gone.
+
+  Only directories (not links) of this user named as ``scratch`` names them
+  are considered. One whose owner lock can be taken at once (its maker has
+  ended) is removed. One without a lock file, made by a tool version before
+  the lock, is removed only if it is older than ``LEGACY_SCRATCH_AGE_S`` and
+  its process id is not alive here. Links inside are removed, never
+  followed. A directory that cannot be removed is left, silently.
+  """
   tmp = tempfile.gettempdir()
   try:
     names = os.listdir(tmp)
@@ -206,6 +278,25 @@ def sweep_scratch() -> None:
     return
   for name in names:
     m = _SCRATCH_RE.match(name)
+    if not m:
+      continue
     path = os.path.join(tmp, name)
-    if m and not _alive(int(m.group(1))) and not os.path.islink(path):
-      shutil.rmtree(path, ignore_errors=True)
+    try:
+      dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:  # Gone, a link, or not a directory.
+      continue
+    lock_fd = None
+    try:
+      st = os.fstat(dir_fd)
+      if st.st_uid == os.geteuid():
+        lock_fd = _take_owner_lock(dir_fd, int(m.group(1)), st.st_mtime)
+      now = os.lstat(path)
+      if (lock_fd is not None
+          and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)):
+        shutil.rmtree(path, ignore_errors=True)
+    except OSError:
+      pass
+    finally:
+      if lock_fd is not None and lock_fd >= 0:
+        os.close(lock_fd)
+      os.close(dir_fd)

@@ -28,8 +28,9 @@ Recovery rules:
   rolled forward when every new content is at hand, else rolled back; a
   replace that fails turns it around (``journal.settle``). If the next run
   is the same command and it rolled forward, there is nothing more to do.
-* Scratch directories in ``$TMPDIR`` carry the process id and are removed
-  by a later run once that process is gone (``fsutil.sweep_scratch``).
+* Scratch directories in ``$TMPDIR`` hold a lock of the process that made
+  them and are removed by a later run once that process is gone, in any
+  PID namespace (``fsutil.sweep_scratch``).
 
 Every path comes from the manifest or the journal and must resolve inside
 site-packages/jax (``Environment.path``), else the run exits 7.

@@ -18,9 +18,9 @@ import sys
 import tempfile
 import zipfile
 
-import absl
 from absl.testing import absltest
 import filelock
+import venv_util
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -35,16 +35,6 @@ VERSION = os.environ.get('JAX_INTERPRET_PATCHES_TEST_VERSION', '0.12.0.1')
 PATCHES = os.path.join(REPO, 'patches')
 
 
-def _deps_dir(root: str) -> str:
-  """A directory exposing only absl and filelock of the running Python."""
-  deps = os.path.join(root, 'deps')
-  os.makedirs(deps)
-  for mod in (absl, filelock):
-    src = os.path.dirname(mod.__file__)
-    os.symlink(src, os.path.join(deps, os.path.basename(src)))
-  return deps
-
-
 class MigrationCliTest(absltest.TestCase):
 
   @classmethod
@@ -57,22 +47,11 @@ class MigrationCliTest(absltest.TestCase):
     cls.wheel = wheels.pristine_wheel(VERSION)
     with zipfile.ZipFile(cls.wheel) as zf:
       cls.pristine = {f: zf.read(f) for f in cls.files}
-    cls.root = tempfile.mkdtemp(prefix='migration-test-')
-    venv = os.path.join(cls.root, 'venv')
-    subprocess.run([sys.executable, '-m', 'venv', venv], check=True)
-    cls.python = os.path.join(venv, 'bin', 'python')
-    # The tool never imports jax, so its tests run on Pythons older than
-    # jax needs (3.10).
-    subprocess.run([cls.python, '-m', 'pip', 'install', '-q', '--no-deps',
-                    '--disable-pip-version-check', '--ignore-requires-python',
-                    cls.wheel], check=True)
-    cls.site = subprocess.run(
-        [cls.python, '-c', 'import sysconfig; '
-         'print(sysconfig.get_paths()["purelib"])'],
-        check=True, capture_output=True, text=True).stdout.strip()
-    cls.state_dir = os.path.join(os.path.dirname(cls.site),
-                                 '.jax-interpret-patches')
-    cls.deps = _deps_dir(cls.root)
+    # A venv with pip (and without the `wheel` package), jax installed by it.
+    cls.venv = venv = venv_util.make('migration-test-', cls.wheel,
+                                     with_pip=True)
+    cls.root, cls.python, cls.site = venv.root, venv.python, venv.site
+    cls.state_dir, cls.deps = venv.state_dir, venv.deps
 
   @classmethod
   def tearDownClass(cls):
@@ -82,16 +61,10 @@ class MigrationCliTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     # Start every test from the released files, bytecode compiled.
-    for f, data in self.pristine.items():
-      with open(self.path(f), 'wb') as out:
-        out.write(data)
-    shutil.rmtree(self.state_dir, ignore_errors=True)
-    subprocess.run([self.python, '-m', 'compileall', '-q',
-                    os.path.dirname(self.path(self.files[0]))],
-                   capture_output=True, check=False)
+    self.venv.restore(self.pristine)
 
   def path(self, relpath: str) -> str:
-    return os.path.join(self.site, *relpath.split('/'))
+    return self.venv.path(relpath)
 
   def read(self, relpath: str) -> bytes:
     with open(self.path(relpath), 'rb') as f:

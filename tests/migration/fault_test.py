@@ -24,12 +24,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 
-import absl
 from absl.testing import absltest
-import filelock
+import venv_util
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -81,22 +79,12 @@ class FaultTest(absltest.TestCase):
     cls.series = cls.manifest.series_for(VERSION)
     cls.files = list(cls.series.files)
     cls.wheel = wheels.pristine_wheel(VERSION)
-    cls.root = os.path.realpath(tempfile.mkdtemp(prefix='migration-fault-'))
-    # The target: a venv without pip, jax installed into its site-packages.
-    venv = os.path.join(cls.root, 'venv')
-    subprocess.run([sys.executable, '-m', 'venv', '--without-pip', venv],
-                   check=True)
-    cls.python = os.path.join(venv, 'bin', 'python')
-    cls.site = subprocess.run(
-        [cls.python, '-c', 'import sysconfig; '
-         'print(sysconfig.get_paths()["purelib"])'],
-        check=True, capture_output=True, text=True).stdout.strip()
-    subprocess.run([sys.executable, '-m', 'pip', 'install', '-q', '--no-deps',
-                    '--disable-pip-version-check', '--ignore-requires-python',
-                    '--no-compile', '--target', cls.site, cls.wheel],
-                   check=True)
-    cls.state_dir = os.path.join(os.path.dirname(cls.site),
-                                 '.jax-interpret-patches')
+    # The target: a venv without pip, jax installed into its site-packages;
+    # the tool runs with absl and filelock only.
+    cls.venv = venv = venv_util.make('migration-fault-', cls.wheel,
+                                     with_pip=False)
+    cls.root, cls.python, cls.site = venv.root, venv.python, venv.site
+    cls.state_dir, cls.deps = venv.state_dir, venv.deps
     cls.jax_dir = os.path.join(cls.site, 'jax')
     # The expected ends, computed independently of the tool: pristine from
     # jax's RECORD, patched by git apply of the series on the wheel's files.
@@ -123,12 +111,6 @@ class FaultTest(absltest.TestCase):
       with open(os.path.join(work, p), 'rb') as f:
         cls.patched_sha[p] = _sha(f.read())
     shutil.rmtree(work)
-    # What the tool runs with: absl and filelock only.
-    cls.deps = os.path.join(cls.root, 'deps')
-    os.makedirs(cls.deps)
-    for mod in (absl, filelock):
-      src = os.path.dirname(mod.__file__)
-      os.symlink(src, os.path.join(cls.deps, os.path.basename(src)))
     cls.tmp = os.path.join(cls.root, 'tmp')
     cls.home = os.path.join(cls.root, 'home')
     cls.decoy = os.path.join(cls.root, 'decoy')
@@ -141,11 +123,7 @@ class FaultTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    for p, data in self.pristine.items():
-      fsutil.remove(self.path(p))
-      with open(self.path(p), 'wb') as f:
-        f.write(data)
-    shutil.rmtree(self.state_dir, ignore_errors=True)
+    self.venv.restore(self.pristine)  # With bytecode, as an import leaves.
     for p in self.leftovers():  # Of a test that ends with a corrupt journal.
       if os.path.isdir(p) and not os.path.islink(p):
         shutil.rmtree(p)
@@ -156,15 +134,10 @@ class FaultTest(absltest.TestCase):
       os.makedirs(d)
     with open(os.path.join(self.decoy, 'victim'), 'wb') as f:
       f.write(b'must not change\n')
-    # Bytecode, as an import leaves it (jax may need a newer Python than
-    # this one: the tool does not import it, and some files may not compile).
-    subprocess.run([self.python, '-m', 'compileall', '-q',
-                    os.path.dirname(self.path(self.files[0]))],
-                   capture_output=True, check=False)
     self.outside = self.snapshot_outside()
 
   def path(self, relpath: str) -> str:
-    return os.path.join(self.site, *relpath.split('/'))
+    return self.venv.path(relpath)
 
   def snapshot_outside(self) -> dict[str, tuple]:
     """Everything under the test's root but site-packages/jax, the state

@@ -1,0 +1,105 @@
+"""A venv with a released jax wheel installed, for the migration tool's tests.
+
+The tool never imports jax, so only the jax wheel is installed (``--no-deps``,
+``--ignore-requires-python``: the tests run on Pythons older than jax
+needs). The tool runs in the venv's Python with ``PYTHONPATH`` set to the
+repository root and ``JaxVenv.deps``, which exposes only absl and filelock
+of the running Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import absl
+import filelock
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxVenv:
+  """A venv made by ``make``, all of it under ``root``.
+
+  Attributes:
+    root: the temporary directory holding it; remove it when done.
+    python: the venv's Python.
+    site: its site-packages (purelib), where jax is installed.
+    state_dir: the tool's state directory for it, beside site-packages.
+    deps: the directory to put on ``PYTHONPATH`` for absl and filelock.
+  """
+  root: str
+  python: str
+  site: str
+  state_dir: str
+  deps: str
+
+  def path(self, relpath: str) -> str:
+    """The path of ``relpath`` (``/``-separated) under site-packages."""
+    return os.path.join(self.site, *relpath.split('/'))
+
+  def restore(self, files: dict[str, bytes]) -> None:
+    """Puts jax back as a test starts from it.
+
+    Writes ``files`` (relpath -> content; a link at a path is replaced, not
+    followed), removes the tool's state directory, and compiles bytecode in
+    the files' directories as an import leaves it (errors ignored: jax may
+    need a newer Python than the venv's, which the tool never imports it
+    with).
+
+    Args:
+      files: the released content of the tool's target files.
+    """
+    for relpath, data in files.items():
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(self.path(relpath))
+      with open(self.path(relpath), 'wb') as f:
+        f.write(data)
+    shutil.rmtree(self.state_dir, ignore_errors=True)
+    subprocess.run([self.python, '-m', 'compileall', '-q',
+                    *sorted({os.path.dirname(self.path(p)) for p in files})],
+                   capture_output=True, check=False)
+
+
+def make(prefix: str, wheel: str, with_pip: bool) -> JaxVenv:
+  """Makes a venv in a new temporary directory and installs ``wheel``.
+
+  Args:
+    prefix: the start of the temporary directory's name.
+    wheel: the path of a jax wheel.
+    with_pip: whether the venv gets pip, which then installs the wheel; else
+      the running Python's pip installs it (``--target``) into the venv's
+      site-packages.
+
+  Returns:
+    The venv.
+
+  Raises:
+    subprocess.CalledProcessError: the venv or the install failed.
+  """
+  root = os.path.realpath(tempfile.mkdtemp(prefix=prefix))
+  venv = os.path.join(root, 'venv')
+  subprocess.run([sys.executable, '-m', 'venv',
+                  *([] if with_pip else ['--without-pip']), venv], check=True)
+  python = os.path.join(venv, 'bin', 'python')
+  site = subprocess.run(
+      [python, '-c', 'import sysconfig; '
+       'print(sysconfig.get_paths()["purelib"])'],
+      check=True, capture_output=True, text=True).stdout.strip()
+  pip = [python, '-m', 'pip', 'install'] if with_pip else [
+      sys.executable, '-m', 'pip', 'install', '--target', site, '--no-compile']
+  subprocess.run([*pip, '-q', '--no-deps', '--disable-pip-version-check',
+                  '--ignore-requires-python', wheel], check=True)
+  deps = os.path.join(root, 'deps')
+  os.makedirs(deps)
+  for mod in (absl, filelock):
+    src = os.path.dirname(mod.__file__)
+    os.symlink(src, os.path.join(deps, os.path.basename(src)))
+  return JaxVenv(root=root, python=python, site=site,
+                 state_dir=os.path.join(os.path.dirname(site),
+                                        '.jax-interpret-patches'),
+                 deps=deps)
