@@ -24,7 +24,8 @@ measured in the same run (medians over repeats), each with `goal met` or
 6. migration   status (< 0.3 s, no jax import), apply+revert (< 2 s), wheel
 
 Stock/patched processes alternate (ABBA...) so that drift from other load on
-the machine affects both alike. Times are CPU times of the workload process
+the machine affects both alike. The workloads of CPU-time ratios run pinned
+to one CPU; the wake-up workload runs on all of them. Times are CPU times of the workload process
 (all threads): per process the fastest of its repeats, then the median over
 processes; the medians of all calls (CPU and wall) are printed beside them.
 Nothing here asserts on time. Exit status: 0 when every figure was measured
@@ -65,13 +66,29 @@ def _log(message: str) -> None:
   print(f'[run] {message}', file=sys.stderr, flush=True)
 
 
-def run_workload(python: str, script: str, *args: str) -> dict:
-  """Runs `python workloads/<script> *args`; returns its JSON result."""
+def run_workload(python: str, script: str, *args: str,
+                 cpu: int | None = None) -> dict:
+  """Runs `python workloads/<script> *args`; returns its JSON result.
+
+  Args:
+    python: The interpreter of the venv to measure.
+    script: A file of `workloads/`.
+    *args: Its flags.
+    cpu: If given, the process and all its threads run on this CPU only
+      (`os.sched_setaffinity`).
+
+  Returns:
+    The JSON object the workload printed after `RESULT_PREFIX`.
+
+  Raises:
+    RuntimeError: The workload printed no result.
+  """
   cmd = [python, str(WORKLOADS / script), *args]
   env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONUNBUFFERED='1')
+  pin = None if cpu is None else lambda: os.sched_setaffinity(0, {cpu})
   start = time.perf_counter()
   proc = subprocess.run(cmd, cwd=venvs.ROOT, env=env, text=True,
-                        capture_output=True, check=False)
+                        capture_output=True, check=False, preexec_fn=pin)
   _log(f'{script} {" ".join(args)} with {python}: '
        f'{time.perf_counter() - start:.1f} s')
   for line in proc.stdout.splitlines():
@@ -125,10 +142,20 @@ def main(argv: list[str] | None = None) -> int:
   header += [f'stock   {stock}: {venvs.describe(stock)}',
              f'patched {patched}: {venvs.describe(patched)}']
 
-  def on_patched(script, key):
+  # The CPU-time ratios are measured on one CPU: the interpreter's threads
+  # (one per simulated core, and XLA's) then take turns instead of spreading
+  # over CPUs as the scheduler happens to place them. Unpinned, the patched /
+  # stock ratio of one pair of processes differed from the next pair's by up
+  # to 40% (0.82..1.22, 2026-12-01).
+  cpu = max(os.sched_getaffinity(0))
+  header.append(f'overhead, deadlock, polling and collective workloads run on '
+                f'CPU {cpu} only (sched_setaffinity); wake-up on all CPUs')
+
+  def on_patched(script, key, pinned=True):
     processes, repeats = plan[key]
     return [run_workload(patched, script, '--repeats', str(repeats),
-                         '--size', size) for _ in range(processes)]
+                         '--size', size, cpu=cpu if pinned else None)
+            for _ in range(processes)]
 
   figs = []
   if 'overhead' in only:
@@ -139,14 +166,14 @@ def main(argv: list[str] | None = None) -> int:
       for variant in order:
         python = stock if variant == 'stock' else patched
         results[variant].append(run_workload(
-            python, 'overhead.py', '--repeats', str(repeats)))
+            python, 'overhead.py', '--repeats', str(repeats), cpu=cpu))
     figs.append(figures.overhead(results['stock'], results['patched']))
   if 'deadlock' in only:
     figs.append(figures.deadlock_cost(on_patched('deadlock_cost.py',
                                                  'deadlock')))
   if 'polling' in only or 'wakeup' in only:
     polls = on_patched('poll.py', 'polling') if 'polling' in only else None
-    wakes = on_patched('wake.py', 'wakeup')
+    wakes = on_patched('wake.py', 'wakeup', pinned=False)
     if polls is not None:
       figs += [figures.polling(polls), figures.blocked_cpu(wakes)]
     if 'wakeup' in only:

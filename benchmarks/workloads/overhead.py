@@ -10,6 +10,11 @@ core) and times, interleaved:
   REGULAR semaphores.
 - `ring_remote_dma`: a 4-device ring (`shard_map`) that forwards blocks with
   remote DMAs after a neighbour barrier.
+- `sparsecore_gather`: a SparseCore kernel on a 1 x 1
+  `plsc.VectorSubcoreMesh` (one SparseCore, one vector subcore, of a TPU
+  v6e) that gathers rows of an HBM table by ids. Stock interpret mode runs
+  only subcore 0 of a SparseCore mesh, so with one subcore stock and
+  patched jax do the same work.
 
 Prints `{"wall": {name: [seconds, ...]}, "cpu": {...}, "callbacks": {name:
 count}}`, where `callbacks` is the number of io_callbacks (interpreter steps)
@@ -28,6 +33,7 @@ jax.config.update('jax_num_cpu_devices', NUM_DEVICES)
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
+from jax.experimental.pallas import tpu_sc as plsc
 import jax.numpy as jnp
 import numpy as np
 
@@ -200,11 +206,57 @@ def ring_remote_dma() -> Callable[[], object]:
   return lambda: jax.block_until_ready(f(x))
 
 
+def _tpu_v6e():
+  """On CPU, a SparseCore mesh needs the TPU it targets: here a v6e."""
+  return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh(
+      (), (), abstract_device=jax.sharding.AbstractDevice('TPU v6e', 1, 'tpu')))
+
+
+def sparsecore_gather() -> Callable[[], object]:
+  """1 SparseCore x 1 subcore: 32 rows of a (64, 8) table, gathered by id."""
+  vocab, dim, lookups = 64, 8, 32
+  with _tpu_v6e():
+    mesh = plsc.VectorSubcoreMesh(core_axis_name='core',
+                                  subcore_axis_name='subcore', num_cores=1,
+                                  num_subcores=1)
+
+  @pl.kernel(
+      out_type=jax.ShapeDtypeStruct((lookups, dim), jnp.float32),
+      mesh=mesh,
+      scratch_types=[pltpu.VMEM((lookups,), jnp.int32),
+                     pltpu.VMEM((lookups, dim), jnp.float32)],
+      interpret=pltpu.InterpretParams(),
+  )
+  def kernel(table_hbm, ids_hbm, o_hbm, ids_vmem, rows_vmem):
+    pltpu.sync_copy(ids_hbm, ids_vmem)
+
+    def gather(i, carry):
+      pltpu.sync_copy(table_hbm.at[ids_vmem[i]], rows_vmem.at[i])
+      return carry
+
+    lax.fori_loop(0, lookups, gather, None)
+    rows_vmem[...] = rows_vmem[...] * 2.0
+    pltpu.sync_copy(rows_vmem, o_hbm)
+
+  kt, ki = jax.random.split(jax.random.key(4))
+  table = jax.random.normal(kt, (vocab, dim), jnp.float32)
+  ids = jax.random.randint(ki, (lookups,), 0, vocab)
+  f = jax.jit(kernel)
+
+  def call():
+    with _tpu_v6e():
+      return jax.block_until_ready(f(table, ids))
+
+  np.testing.assert_array_equal(call(), 2 * np.asarray(table)[np.asarray(ids)])
+  return call
+
+
 KERNELS = {
     'matmul_grid': matmul_grid,
     'dma_double_buffer': dma_double_buffer,
     'core_map_semaphores': core_map_semaphores,
     'ring_remote_dma': ring_remote_dma,
+    'sparsecore_gather': sparsecore_gather,
 }
 
 
