@@ -87,13 +87,10 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
       **params: `InterpretParams` fields; collective scopes are allowed unless
         `allow_collective_axes_in_run_scoped=False`.
     """
-    self.enter_context(
-        jax.sharding.use_abstract_mesh(
-            jax.sharding.AbstractMesh(
-                (), (), abstract_device=test_util.tpu_v6e()
-            )
-        )
+    abstract_mesh = jax.sharding.AbstractMesh(
+        (), (), abstract_device=test_util.tpu_v6e()
     )
+    self.enter_context(jax.sharding.use_abstract_mesh(abstract_mesh))
     if scalar:
       mesh = plsc.ScalarSubcoreMesh(axis_name='core', num_cores=num_cores)
     else:
