@@ -84,20 +84,12 @@ HEAD_EQUIVALENTS = {
         'pltpu.reset_tpu_interpret_mode_state()',
     'test_util.interpret_params(': 'pltpu.InterpretParams(',
     'test_util.tensorcore_mesh(': 'pltpu.TensorCoreMesh(',
+    'test_util.tpu_v6e()': "jax.sharding.AbstractDevice('TPU v6e', 1, 'tpu')",
 }
 # Imports of our test files that upstream's files spell differently.
 HEAD_IMPORTS = {
     'mosaic_interpret': 'from jax._src.pallas.mosaic.interpret import '
                         'interpret_pallas_call as mosaic_interpret',
-}
-
-
-# Patches of a series that are not exported (yet), and why. They come last in
-# their series, so the stack before them is the same.
-NOT_EXPORTED = {
-    '0006': 'the SparseCore change and its tests are larger than one pull '
-            'request should be (over 900 added lines); it is to be split '
-            'into smaller ones first.',
 }
 
 
@@ -126,67 +118,108 @@ class Change:
 _SEMAPHORE = 'tpu_pallas_interpret_semaphore_test.py'
 _COLLECTIVE = 'tpu_pallas_interpret_collective_test.py'
 _DEADLOCK = 'tpu_pallas_interpret_deadlock_test.py'
+_SPARSECORE = 'tpu_pallas_interpret_sparsecore_test.py'
 
 
-def _distributed(name: str) -> str:
-  return name.replace('_test.py', '_distributed_test.py')
+def _tests(file: str, name: str,
+           distributed: str | None = None) -> tuple[TestClass, ...]:
+  """Returns the test classes of one change.
+
+  Args:
+    file: a test file of ``tests/pallas``.
+    name: its test class.
+    distributed: a test class of its twin ``*_distributed_test.py``, if any.
+  """
+  tests = (TestClass(file, name),)
+  if distributed:
+    tests += (TestClass(file.replace('_test.py', '_distributed_test.py'),
+                        distributed),)
+  return tests
+
+
+def _api(kind: str, name: str) -> str:
+  """Returns a changelog reference to ``jax.experimental.pallas.<name>``."""
+  return f'{{{kind}}}`jax.experimental.pallas.{name}`'
+
+
+def _opt_in(flag: str, feature: str) -> str:
+  """Returns the changelog's sentence for a feature behind an opt-in flag."""
+  return (f' when {_api("class", "tpu.InterpretParams")} has ``{flag}=True``. '
+          f'The Mosaic TPU compiler does not support {feature}.')
 
 
 CHANGES = (
     Change(
         prefix='0001',
-        tests=(TestClass(_SEMAPHORE, 'InterpretLocalSignalTest'),),
+        tests=_tests(_SEMAPHORE, 'InterpretLocalSignalTest'),
         changelog_kind='Bug fixes',
         changelog=(
-            'In TPU interpret mode, '
-            '{func}`jax.experimental.pallas.semaphore_signal` without '
-            '``core_index`` now signals the calling core, as on TPU, instead '
-            'of core 0.'),
+            f'In TPU interpret mode, {_api("func", "semaphore_signal")} '
+            'without ``core_index`` now signals the calling core, as on TPU, '
+            'instead of core 0.'),
     ),
     Change(
         prefix='0002',
-        tests=(TestClass(_SEMAPHORE, 'InterpretSemaphoreReadTest'),),
+        tests=_tests(_SEMAPHORE, 'InterpretSemaphoreReadTest'),
         changelog_kind='New features',
-        changelog=('TPU interpret mode supports '
-                   '{func}`jax.experimental.pallas.semaphore_read`.'),
+        changelog=(
+            f'TPU interpret mode supports {_api("func", "semaphore_read")}.'),
     ),
     Change(
         prefix='0003',
-        tests=(TestClass(_SEMAPHORE, 'InterpretNonDecrementingWaitTest'),
-               TestClass(_distributed(_SEMAPHORE),
-                         'InterpretSemaphoreDistributedTest')),
+        tests=_tests(_SEMAPHORE, 'InterpretNonDecrementingWaitTest',
+                     'InterpretSemaphoreDistributedTest'),
         changelog_kind='New features',
         changelog=(
-            'TPU interpret mode supports '
-            '{func}`jax.experimental.pallas.semaphore_wait` with '
-            '``decrement=False`` when '
-            '{class}`jax.experimental.pallas.tpu.InterpretParams` has '
-            '``allow_non_decrementing_semaphore_wait=True``. The Mosaic TPU '
-            'compiler does not support non-decrementing waits.'),
+            f'TPU interpret mode supports {_api("func", "semaphore_wait")} '
+            'with ``decrement=False``'
+            + _opt_in('allow_non_decrementing_semaphore_wait',
+                      'non-decrementing waits')),
     ),
     Change(
         prefix='0004',
-        tests=(TestClass(_COLLECTIVE, 'InterpretCollectiveRunScopedTest'),
-               TestClass(_distributed(_COLLECTIVE),
-                         'InterpretCollectiveRunScopedDistributedTest')),
+        tests=_tests(_COLLECTIVE, 'InterpretCollectiveRunScopedTest',
+                     'InterpretCollectiveRunScopedDistributedTest'),
         changelog_kind='New features',
         changelog=(
-            'TPU interpret mode supports '
-            '{func}`jax.experimental.pallas.run_scoped` with '
-            '``collective_axes`` over the core axis of a TensorCore mesh '
-            'when {class}`jax.experimental.pallas.tpu.InterpretParams` has '
-            '``allow_collective_axes_in_run_scoped=True``. The Mosaic TPU '
-            'compiler does not support collective scopes.'),
+            f'TPU interpret mode supports {_api("func", "run_scoped")} with '
+            '``collective_axes`` over the core axis of a TensorCore mesh'
+            + _opt_in('allow_collective_axes_in_run_scoped',
+                      'collective scopes')),
     ),
     Change(
         prefix='0005',
-        tests=(TestClass(_DEADLOCK, 'InterpretDeadlockTest'),
-               TestClass(_distributed(_DEADLOCK),
-                         'InterpretDeadlockDistributedTest')),
+        tests=_tests(_DEADLOCK, 'InterpretDeadlockTest',
+                     'InterpretDeadlockDistributedTest'),
         changelog_kind='New features',
         changelog=(
             'TPU interpret mode raises an error that names every blocked '
             'wait, instead of hanging, when no core can make progress.'),
+    ),
+    Change(
+        prefix='0006',
+        tests=_tests(_SPARSECORE, 'InterpretSparseCoreTest'),
+        changelog_kind='Bug fixes',
+        changelog=(
+            'TPU interpret mode runs every subcore of a SparseCore mesh '
+            f'({_api("class", "tpu_sc.VectorSubcoreMesh")}, '
+            f'{_api("class", "tpu_sc.ScalarSubcoreMesh")}), instead of only '
+            'the first, with ``VMEM_SHARED`` shared by the subcores of one '
+            'SparseCore, and supports '
+            f'{_api("func", "tpu_sc.subcore_barrier")} and '
+            f'{_api("func", "run_scoped")} with ``collective_axes`` over the '
+            'subcore axis (with ``allow_collective_axes_in_run_scoped``).'),
+    ),
+    Change(
+        prefix='0007',
+        tests=_tests(_SPARSECORE, 'InterpretSparseCoreLoadStoreTest'),
+        changelog_kind='New features',
+        changelog=(
+            f'TPU interpret mode supports {_api("func", "tpu.load")} with '
+            f'``mask``, {_api("func", "tpu_sc.load_gather")}, '
+            f'{_api("func", "tpu_sc.store_scatter")}, '
+            f'{_api("func", "tpu_sc.addupdate_scatter")} and '
+            f'{_api("func", "tpu_sc.parallel_loop")}.'),
     ),
 )
 
@@ -767,17 +800,14 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
     logging.info('%s\nRebasing %s onto the checkout with three-way merges.',
                  exact_failure, series.name)
   changes = {c.prefix: c for c in CHANGES}
-  for patch in series.patches:
-    if patch.name[:4] in NOT_EXPORTED:
-      logging.warning('Not exporting %s: %s', patch.name,
-                      NOT_EXPORTED[patch.name[:4]])
-  patches = [p for p in series.patches if p.name[:4] not in NOT_EXPORTED]
-  unknown = [p.name for p in patches if p.name[:4] not in changes]
-  if unknown or len(patches) != len(CHANGES):
+  patches = series.patches
+  # A series for older releases may lack the last changes (0.9.2 and older
+  # have no SparseCore patches), never one in between.
+  if [p.name[:4] for p in patches] != list(changes)[:len(patches)]:
     raise errors.PatchDataError(
         f'{series.name}: export-upstream knows the tests of patches '
-        f'{", ".join(changes)}; the series has {len(patches)} to export '
-        f'({", ".join(unknown) or "none unknown"}); update CHANGES.')
+        f'{", ".join(changes)}; the series has '
+        f'{", ".join(p.name[:4] for p in patches)}; update CHANGES.')
   written = []
   work = tempfile.mkdtemp(prefix='export-upstream-')
   worktree = os.path.join(work, 'jax')

@@ -189,6 +189,23 @@ def tensorcore_mesh(*, axis_name: str, num_cores: int):
   # Older jax releases: end.
 
 
+def tpu_v6e() -> jax.sharding.AbstractDevice:
+  """Returns an abstract TPU v6e: 2 SparseCores of 16 subcores, 8 lanes.
+
+  SparseCore meshes on CPU need the description of a TPU chip, given by
+  `jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (),
+  abstract_device=tpu_v6e()))`. At jax HEAD this is
+  `jax.sharding.AbstractDevice('TPU v6e', 1, 'tpu')`; jax 0.10.0's
+  `AbstractDevice` has no `platform`.
+  """
+  # Older jax releases: begin.
+  parameters = inspect.signature(jax.sharding.AbstractDevice).parameters
+  if 'platform' not in parameters:
+    return jax.sharding.AbstractDevice('TPU v6e', 1)
+  # Older jax releases: end.
+  return jax.sharding.AbstractDevice('TPU v6e', 1, 'tpu')
+
+
 # Older jax releases: begin.
 # Shims for the public APIs that older jax releases lack or name differently.
 # export-upstream writes their HEAD equivalents where they are used
