@@ -57,7 +57,7 @@ FIGURES = ('overhead', 'deadlock', 'polling', 'wakeup', 'collective',
 PLAN = {
     'quick': dict(overhead=(2, 10), deadlock=(1, 5), polling=(1, 3),
                   wakeup=(1, 2), collective=(1, 8), migration=(3, 1)),
-    'default': dict(overhead=(6, 30), deadlock=(3, 15), polling=(2, 5),
+    'default': dict(overhead=(10, 30), deadlock=(3, 15), polling=(2, 5),
                     wakeup=(1, 4), collective=(2, 20), migration=(7, 3)),
 }
 
