@@ -160,7 +160,7 @@ def overhead(stock: Sequence[Result], patched: Sequence[Result],
       'stock:patched, counted exactly (jax io_callback_impl wrapped).')
   fig.lines.append(
       'sparsecore_gather runs on a 1 x 1 SparseCore mesh: stock interpret '
-      'mode runs only subcore 0 of a SparseCore mesh (patch 0006 runs every '
+      'mode runs only subcore 0 of a SparseCore mesh (patch 0007 runs every '
       'subcore), so on a larger mesh stock and patched would do different '
       'work.')
   return fig

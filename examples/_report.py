@@ -69,13 +69,13 @@ def sparsecore_unsupported() -> str | None:
   """Says why this jax cannot run SparseCore kernels in interpret mode.
 
   Returns:
-    None if it can (jax 0.10.0 and newer, with the series' patch 0006), else
+    None if it can (jax 0.10.0 and newer, with the series' patch 0007), else
     the reason.
   """
   if jax.__version_info__ < (0, 10, 0):
     return ('jax 0.9 and older: plsc.VectorSubcoreMesh is not a Pallas Mesh'
             ' (it has its own core_map rule), and their series have no'
-            ' SparseCore patch (0006)')
+            ' SparseCore patch (0007)')
   return None
 
 

@@ -33,7 +33,7 @@ barrier orders subcore 0's writes of the table before the other subcores'
 reads, so it finds no race.
 
 This runs on CPU in TPU interpret mode with a jax whose interpreter runs
-SparseCore meshes (the patch series' 0006, jax 0.10.0 and newer).
+SparseCore meshes (the patch series' 0007, jax 0.10.0 and newer).
 """
 
 import sys

@@ -59,8 +59,8 @@ Commands:
             the jax checkout --jax_repo (left untouched), one per patch of
             the series, in order: the patch's interpreter change, its test
             methods added to upstream's tpu_pallas_interpret_test.py and
-            tpu_pallas_interpret_distributed_test.py, and its changelog
-            entry; the patch's message without the DEP-3 header, authored by
+            tpu_pallas_interpret_distributed_test.py (no changelog
+            entry); the patch's message without the DEP-3 header, authored by
             your git identity. Written with git format-patch into -o DIR
             (default dist/upstream/) for `git am --keep-non-patch`, each
             with a pull request description (.md) beside it; with

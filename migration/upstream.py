@@ -18,9 +18,7 @@ touched), the export
    without the code fenced for older releases (``for_jax_head``), adding
    the imports they need; a method that uses a name upstream's file lacks,
    or whose name upstream's class already has, stops the export;
-3. adds the patch's entry to the ``### TPU`` part of the unreleased section
-   of ``docs/pallas/CHANGELOG.md``;
-4. commits with the patch's message without its DEP-3 header, authored by
+3. commits with the patch's message without its DEP-3 header, authored by
    the user's git identity, and writes it with ``git format-patch``, ready
    for ``git am --keep-non-patch`` (which keeps the ``[Pallas]`` tag), with a
    pull request description beside it (``NNNN-....md``).
@@ -50,10 +48,6 @@ from migration import wheels
 
 TEST_DIR = os.path.join('tests', 'pallas')
 HELPER = 'tpu_interpret_test_util'
-CHANGELOG = os.path.join('docs', 'pallas', 'CHANGELOG.md')
-CHANGELOG_SECTION = '### TPU'
-CHANGELOG_KINDS = ('New features', 'Changes', 'Bug fixes', 'Removals',
-                   'Deprecations')
 # Upstream's test files and classes that receive our tests: a file of ours
 # named `*_distributed_test.py` goes to the distributed one.
 UPSTREAM_TEST = (os.path.join(TEST_DIR, 'tpu_pallas_interpret_test.py'),
@@ -61,9 +55,9 @@ UPSTREAM_TEST = (os.path.join(TEST_DIR, 'tpu_pallas_interpret_test.py'),
 UPSTREAM_DISTRIBUTED_TEST = (
     os.path.join(TEST_DIR, 'tpu_pallas_interpret_distributed_test.py'),
     'InterpretDistributedTest')
-# The only paths an exported commit may touch.
-ALLOWED_PATHS = ('jax/_src/pallas/mosaic/interpret/', 'tests/pallas/',
-                 'docs/pallas/CHANGELOG.md')
+# The only paths an exported commit may touch. No changelog: upstream's
+# interpreter commits add none, and entries of stacked PRs would conflict.
+ALLOWED_PATHS = ('jax/_src/pallas/mosaic/interpret/', 'tests/pallas/')
 # Upstream runs these; an exported commit keeps them passing.
 UPSTREAM_TEST_COMMANDS = (
     ('tests/pallas/tpu_pallas_interpret_test.py',),
@@ -108,11 +102,9 @@ class TestClass:
 
 @dataclasses.dataclass(frozen=True)
 class Change:
-  """One pull request: a patch of the series, its tests and changelog."""
+  """One pull request: a patch of the series and its tests."""
   prefix: str
   tests: tuple[TestClass, ...]
-  changelog_kind: str
-  changelog: str
 
 
 _SEMAPHORE = 'tpu_pallas_interpret_semaphore_test.py'
@@ -137,89 +129,41 @@ def _tests(file: str, name: str,
   return tests
 
 
-def _api(kind: str, name: str) -> str:
-  """Returns a changelog reference to ``jax.experimental.pallas.<name>``."""
-  return f'{{{kind}}}`jax.experimental.pallas.{name}`'
-
-
-def _opt_in(flag: str, feature: str) -> str:
-  """Returns the changelog's sentence for a feature behind an opt-in flag."""
-  return (f' when {_api("class", "tpu.InterpretParams")} has ``{flag}=True``. '
-          f'The Mosaic TPU compiler does not support {feature}.')
-
-
 CHANGES = (
     Change(
         prefix='0001',
         tests=_tests(_SEMAPHORE, 'InterpretLocalSignalTest'),
-        changelog_kind='Bug fixes',
-        changelog=(
-            f'In TPU interpret mode, {_api("func", "semaphore_signal")} '
-            'without ``core_index`` now signals the calling core, as on TPU, '
-            'instead of core 0.'),
     ),
     Change(
         prefix='0002',
         tests=_tests(_SEMAPHORE, 'InterpretSemaphoreReadTest'),
-        changelog_kind='New features',
-        changelog=(
-            f'TPU interpret mode supports {_api("func", "semaphore_read")}.'),
     ),
     Change(
         prefix='0003',
         tests=_tests(_SEMAPHORE, 'InterpretNonDecrementingWaitTest',
                      'InterpretSemaphoreDistributedTest'),
-        changelog_kind='New features',
-        changelog=(
-            f'TPU interpret mode supports {_api("func", "semaphore_wait")} '
-            'with ``decrement=False``'
-            + _opt_in('allow_non_decrementing_semaphore_wait',
-                      'non-decrementing waits')),
     ),
     Change(
         prefix='0004',
         tests=_tests(_COLLECTIVE, 'InterpretCollectiveRunScopedTest',
                      'InterpretCollectiveRunScopedDistributedTest'),
-        changelog_kind='New features',
-        changelog=(
-            f'TPU interpret mode supports {_api("func", "run_scoped")} with '
-            '``collective_axes`` over the core axis of a TensorCore mesh'
-            + _opt_in('allow_collective_axes_in_run_scoped',
-                      'collective scopes')),
     ),
     Change(
         prefix='0005',
-        tests=_tests(_DEADLOCK, 'InterpretDeadlockTest',
-                     'InterpretDeadlockDistributedTest'),
-        changelog_kind='New features',
-        changelog=(
-            'TPU interpret mode raises an error that names every blocked '
-            'wait, instead of hanging, when no core can make progress.'),
+        tests=_tests(_COLLECTIVE, 'InterpretCollectiveRunScopedMisuseTest'),
     ),
     Change(
         prefix='0006',
-        tests=_tests(_SPARSECORE, 'InterpretSparseCoreTest'),
-        changelog_kind='Bug fixes',
-        changelog=(
-            'TPU interpret mode runs every subcore of a SparseCore mesh '
-            f'({_api("class", "tpu_sc.VectorSubcoreMesh")}, '
-            f'{_api("class", "tpu_sc.ScalarSubcoreMesh")}), instead of only '
-            'the first, with ``VMEM_SHARED`` shared by the subcores of one '
-            'SparseCore, and supports '
-            f'{_api("func", "tpu_sc.subcore_barrier")} and '
-            f'{_api("func", "run_scoped")} with ``collective_axes`` over the '
-            'subcore axis (with ``allow_collective_axes_in_run_scoped``).'),
+        tests=_tests(_DEADLOCK, 'InterpretDeadlockTest',
+                     'InterpretDeadlockDistributedTest'),
     ),
     Change(
         prefix='0007',
+        tests=_tests(_SPARSECORE, 'InterpretSparseCoreTest'),
+    ),
+    Change(
+        prefix='0008',
         tests=_tests(_SPARSECORE, 'InterpretSparseCoreLoadStoreTest'),
-        changelog_kind='New features',
-        changelog=(
-            f'TPU interpret mode supports {_api("func", "tpu.load")} with '
-            f'``mask``, {_api("func", "tpu_sc.load_gather")}, '
-            f'{_api("func", "tpu_sc.store_scatter")}, '
-            f'{_api("func", "tpu_sc.addupdate_scatter")} and '
-            f'{_api("func", "tpu_sc.parallel_loop")}.'),
     ),
 )
 
@@ -592,58 +536,6 @@ def add_tests(upstream_source: str, class_name: str,
   return source
 
 
-def add_changelog_entry(changelog: str, kind: str, entry: str) -> str:
-  """Returns the changelog with ``entry`` in its unreleased TPU section.
-
-  The entry goes under ``* <kind>`` (e.g. ``New features``, ``Bug fixes``)
-  of the ``### TPU`` part of ``## Unreleased``; both are made if missing
-  (``### TPU`` before the other parts, as in upstream's released sections).
-
-  Raises:
-    PatchDataError: the changelog has no ``## Unreleased`` section.
-  """
-  start = changelog.find('\n## Unreleased\n')
-  if start < 0:
-    raise errors.PatchDataError(f'{CHANGELOG} has no "## Unreleased" section.')
-  start += 1
-  end = changelog.find('\n## ', start)
-  end = len(changelog) if end < 0 else end + 1
-  section = changelog[start:end]
-  item = textwrap.fill(entry, width=80, initial_indent='  * ',
-                       subsequent_indent='    ', break_long_words=False,
-                       break_on_hyphens=False) + '\n'
-  tpu = section.find(f'\n{CHANGELOG_SECTION}\n')
-  if tpu < 0:
-    other = section.find('\n### ')
-    at = len(section.rstrip('\n')) + 1 if other < 0 else other + 1
-    section = (section[:at].rstrip('\n') + f'\n\n{CHANGELOG_SECTION}\n\n'
-               + section[at:].lstrip('\n'))
-    tpu = section.find(f'\n{CHANGELOG_SECTION}\n')
-  tpu += 1
-  tpu_end = section.find('\n### ', tpu + 1)
-  tpu_end = len(section) if tpu_end < 0 else tpu_end + 1
-  part = section[tpu:tpu_end].rstrip('\n') + '\n'
-  heading = f'* {kind}\n'
-  if heading not in part:
-    # Upstream's order: New features, Changes, Bug fixes, Removals, ...
-    later = [part.index(f'\n* {k}\n') + 1 for k in
-             CHANGELOG_KINDS[CHANGELOG_KINDS.index(kind) + 1:]
-             if f'\n* {k}\n' in part]
-    if later:
-      at = min(later)
-      part = part[:at] + f'{heading}\n{item}\n' + part[at:]
-    else:
-      part += f'\n{heading}\n{item}'
-  else:
-    at = part.index(heading) + len(heading)
-    following = part.find('\n* ', at)
-    at = len(part) if following < 0 else following
-    part = part[:at].rstrip('\n') + '\n' + item + part[at:]
-  part += '\n'
-  section = section[:tpu] + part + section[tpu_end:]
-  return changelog[:start] + section.rstrip('\n') + '\n\n' + changelog[end:]
-
-
 DEP3_FIELDS = ('Description', 'Origin', 'Forwarded', 'Applied-Upstream',
                'Last-Update', 'Bug', 'Author', 'Reviewed-by')
 
@@ -743,8 +635,6 @@ def pr_description(message: str, number: int, total: int, stat: str,
           f'## What and why\n\n{body.strip()}\n\n'
           f'## Changes\n\n```\n{stat.strip(chr(10))}\n```\n\n'
           f'Tests added to existing classes:\n\n{added}\n'
-          f'Changelog (`{CHANGELOG}`, {CHANGELOG_SECTION[4:]}, '
-          f'{change.changelog_kind}): {change.changelog}\n\n'
           f'## How it was tested\n\n{how}\n')
 
 
@@ -821,7 +711,7 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
        jax_repo)
   try:
     _git(['read-tree', 'HEAD'], worktree)
-    paths = [*series.files, *upstream_tests, CHANGELOG]
+    paths = [*series.files, *upstream_tests]
     if test_python:
       paths += ['jax', TEST_DIR, 'pyproject.toml']
     _git(['checkout', 'HEAD', '--', *paths], worktree)
@@ -842,10 +732,7 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
         _rewrite(os.path.join(worktree, target), lambda s, c=cls, m=methods,
                  i=import_lines(ours): add_tests(s, c, m, i))
         added.append((target, cls, [n for n, _ in methods]))
-      _rewrite(os.path.join(worktree, CHANGELOG), lambda s, c=change:
-               add_changelog_entry(s, c.changelog_kind, c.changelog))
-      _git(['add', '--', *series.files, *upstream_tests, CHANGELOG],
-           worktree)
+      _git(['add', '--', *series.files, *upstream_tests], worktree)
       message = commit_message(patch)
       subprocess.run(
           [gitapply.git_executable(), 'commit', '-q', '-F', '-'],

@@ -44,18 +44,25 @@ class InterpretCollectiveRunScopedDistributedTest(
     test_util.InterpretDistributedTestCase
 ):
 
-  def _run(self, collective_axes, x, **params):
-    """2 devices x 2 cores: core 1 of each device fills a collective buffer."""
+  @parameterized.product(
+      dma_execution_mode=['eager', 'on_wait'], detect_races=[False, True]
+  )
+  def test_each_device_has_its_own_collective_allocation(
+      self, dma_execution_mode, detect_races
+  ):
+    # 2 devices x 2 cores: core 1 of each device fills a collective buffer
+    # with its device's block, filled with d + 1 on device d. Both cores of a
+    # device must see their own device's block, and only that.
     num_devices, num_cores = 2, 2
     device_mesh = jtu.create_mesh((num_devices,), ('x',))
-    core_mesh = test_util.tensorcore_mesh(axis_name='core', num_cores=num_cores)
 
     @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((num_cores, 8, 128), jnp.float32),
-        mesh=core_mesh,
+        mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=num_cores),
         interpret=test_util.interpret_params(
             allow_collective_axes_in_run_scoped=True,
-            **params,
+            dma_execution_mode=dma_execution_mode,
+            detect_races=detect_races,
         ),
     )
     def kernel(x_ref, o_ref):
@@ -77,51 +84,49 @@ class InterpretCollectiveRunScopedDistributedTest(
           body,
           pltpu.VMEM((8, 128), jnp.float32),
           pltpu.SemaphoreType.REGULAR,
-          collective_axes=collective_axes,
+          collective_axes='core',
       )
 
-    run = jax.jit(
-        shard_map.shard_map(
-            kernel,
-            mesh=device_mesh,
-            in_specs=P('x'),
-            out_specs=P('x'),
-            check_vma=False,
-        )
-    )
-    x = jax.device_put(x, jax.sharding.NamedSharding(device_mesh, P('x')))
-    return jax.block_until_ready(run(x))
-
-  @parameterized.product(
-      dma_execution_mode=['eager', 'on_wait'], detect_races=[False, True]
-  )
-  def test_each_device_has_its_own_collective_allocation(
-      self, dma_execution_mode, detect_races
-  ):
-    # Device d's input block is filled with d + 1. Both cores of a device must
-    # see their own device's block, and only that.
     x = jnp.repeat(jnp.array([1.0, 2.0], jnp.float32), 8 * 128).reshape(16, 128)
-    out = self._run(
-        'core',
-        x,
-        dma_execution_mode=dma_execution_mode,
-        detect_races=detect_races,
-    )
-    expected = np.repeat(np.array([1.0, 2.0], np.float32), 2)
+    x = jax.device_put(x, jax.sharding.NamedSharding(device_mesh, P('x')))
+    out = jax.block_until_ready(jax.jit(shard_map.shard_map(
+        kernel, mesh=device_mesh, in_specs=P('x'), out_specs=P('x'),
+        check_vma=False))(x))
+    expected = np.repeat(np.array([1.0, 2.0], np.float32), num_cores)
     np.testing.assert_array_equal(
         out, np.broadcast_to(expected[:, None, None], out.shape)
     )
     if detect_races:
       self.assertFalse(mosaic_interpret.races.races_found)
 
-  def test_device_axis_raises(self):
-    x = jnp.ones((2 * 8, 128), jnp.float32)
+  def test_collective_axes_naming_device_axis_raises(self):
+    device_mesh = jtu.create_mesh((2,), ('x',))
+
+    @test_util.kernel(
+        out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=2),
+        interpret=pltpu.InterpretParams(
+            allow_collective_axes_in_run_scoped=True
+        ),
+    )
+    def kernel(x_ref, o_ref):
+      def body(buffer_ref):
+        pltpu.sync_copy(x_ref, buffer_ref)
+        pltpu.sync_copy(buffer_ref, o_ref)
+
+      pl.run_scoped(
+          body, pltpu.VMEM((8, 128), jnp.float32), collective_axes='x'
+      )
+
+    run = jax.jit(shard_map.shard_map(
+        kernel, mesh=device_mesh, in_specs=P('x'), out_specs=P('x'),
+        check_vma=False))
     with self.assertRaisesRegex(
         NotImplementedError,
         r"'x' is a device axis\. Devices do not share memory.* The available"
         r" core axes are \('core',\)",
     ):
-      self._run('x', x)
+      run(jnp.ones((2 * 8, 128), jnp.float32))
 
 
 if __name__ == '__main__':

@@ -19,9 +19,9 @@ Every (SparseCore, subcore) point of a `plsc.VectorSubcoreMesh` runs, with
 SparseCore. The tests build their meshes for a TPU v6e (2 SparseCores of 16
 subcores, 8 lanes), described by an abstract mesh, on CPU.
 
-`InterpretSparseCoreTest` holds the tests of the series' patch 0006 (meshes,
+`InterpretSparseCoreTest` holds the tests of the series' patch 0007 (meshes,
 `VMEM_SHARED`, `subcore_barrier`, collective scopes),
-`InterpretSparseCoreLoadStoreTest` those of 0007 (masked loads, gathers,
+`InterpretSparseCoreLoadStoreTest` those of 0008 (masked loads, gathers,
 scatters, `parallel_loop`).
 
 To work around https://github.com/jax-ml/jax/issues/25671 , this file
@@ -54,7 +54,7 @@ class _SparseCoreTestCase(test_util.InterpretTestCase):
       self.skipTest(
           'jax 0.9 and older: plsc.VectorSubcoreMesh is not a Pallas Mesh (it'
           ' has its own core_map rule), and their series have no SparseCore'
-          ' patches (0006, 0007)'
+          ' patches (0007, 0008)'
       )
     # Older jax releases: end.
 
