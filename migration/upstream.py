@@ -55,9 +55,11 @@ UPSTREAM_TEST = (os.path.join(TEST_DIR, 'tpu_pallas_interpret_test.py'),
 UPSTREAM_DISTRIBUTED_TEST = (
     os.path.join(TEST_DIR, 'tpu_pallas_interpret_distributed_test.py'),
     'InterpretDistributedTest')
-# The only paths an exported commit may touch. No changelog: upstream's
-# interpreter commits add none, and entries of stacked PRs would conflict.
-ALLOWED_PATHS = ('jax/_src/pallas/mosaic/interpret/', 'tests/pallas/')
+# The only paths an exported commit may touch (`tpu.py` exports
+# `DeadlockError`). No changelog: upstream's interpreter commits add none,
+# and entries of stacked PRs would conflict.
+ALLOWED_PATHS = ('jax/_src/pallas/mosaic/interpret/', 'tests/pallas/',
+                 'jax/experimental/pallas/tpu.py')
 # Upstream runs these; an exported commit keeps them passing.
 UPSTREAM_TEST_COMMANDS = (
     ('tests/pallas/tpu_pallas_interpret_test.py',),
@@ -102,9 +104,14 @@ class TestClass:
 
 @dataclasses.dataclass(frozen=True)
 class Change:
-  """One pull request: a patch of the series and its tests."""
+  """One pull request: a patch of the series and its tests.
+
+  ``notes`` (Markdown) go to the pull request description, after what the
+  commit message says.
+  """
   prefix: str
   tests: tuple[TestClass, ...]
+  notes: str = ''
 
 
 _SEMAPHORE = 'tpu_pallas_interpret_semaphore_test.py'
@@ -156,6 +163,16 @@ CHANGES = (
         prefix='0006',
         tests=_tests(_DEADLOCK, 'InterpretDeadlockTest',
                      'InterpretDeadlockDistributedTest'),
+        notes=(
+            'The cost of deadlock detection, which is on by default '
+            '(`detect_deadlocks=True`), measured as CPU time per call with '
+            'detection on over off (the same io_callbacks run either way), '
+            'was 0.989, 1.016 and 1.027 for a '
+            'kernel of 8 devices x 4 cores whose every core blocks in a wait '
+            'each round, and 0.994, 1.001 and 0.996 for a 2-core ping-pong '
+            'kernel, in three runs of `python benchmarks/run.py` of the patch '
+            "series' repository on 2026-12-01 (2-core machine; a 1% "
+            'difference is within what it can tell).'),
     ),
     Change(
         prefix='0007',
@@ -633,6 +650,7 @@ def pr_description(message: str, number: int, total: int, stat: str,
                 + '\n' for args in UPSTREAM_TEST_COMMANDS))
   return (f'# {subject}\n\nPR {number} of {total}. {depends}\n\n'
           f'## What and why\n\n{body.strip()}\n\n'
+          + (f'{change.notes}\n\n' if change.notes else '') +
           f'## Changes\n\n```\n{stat.strip(chr(10))}\n```\n\n'
           f'Tests added to existing classes:\n\n{added}\n'
           f'## How it was tested\n\n{how}\n')

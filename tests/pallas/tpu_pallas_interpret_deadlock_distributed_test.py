@@ -41,7 +41,10 @@ P = jax.sharding.PartitionSpec
 @jtu.thread_unsafe_test_class()
 class InterpretDeadlockDistributedTest(test_util.InterpretDistributedTestCase):
 
-  def _ring(self, num_missing_signals):
+  @parameterized.parameters(0, 1, 2)
+  def test_ring_deadlock_is_reported_when_signals_are_missing(
+      self, num_missing_signals
+  ):
     # Device d signals device d + 1; the last `num_missing_signals` devices do
     # not, so the devices after them wait forever.
     num_devices = 4
@@ -53,41 +56,31 @@ class InterpretDeadlockDistributedTest(test_util.InterpretDistributedTestCase):
 
       @pl.when(my_id < num_devices - num_missing_signals)
       def _():
-        # A tuple of mesh coordinates, which every version of TPU interpret
-        # mode takes (older ones take no dicts).
         pl.semaphore_signal(sem, 1, device_id=(right_neighbor,))
 
       pl.semaphore_wait(sem, 1, decrement=False)
       o_ref[0] = pl.semaphore_read(sem)
       pl.semaphore_wait(sem, 1)
 
-    ring = pl.pallas_call(
-        kernel,
-        out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
-        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
-        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-        interpret=pltpu.InterpretParams(
-            allow_non_decrementing_semaphore_wait=True,
+    ring = jax.jit(shard_map.shard_map(
+        pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+            out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+            scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+            interpret=pltpu.InterpretParams(
+                allow_non_decrementing_semaphore_wait=True
+            ),
         ),
-    )
-    return jax.jit(
-        shard_map.shard_map(
-            ring, mesh=mesh, in_specs=(), out_specs=P('x'), check_vma=False
-        )
-    )
-
-  def test_complete_ring_is_not_reported(self):
-    out = jax.block_until_ready(self._ring(0)())
-    np.testing.assert_array_equal(out, np.ones(4))
-
-  # Named to run after the tests whose kernels succeed: up to jaxlib 0.11, a
-  # multi-device kernel that failed fails every later kernel with ordered
-  # effects in the process (its runtime tokens stay), which
-  # `pltpu.reset_tpu_interpret_mode_state()` does not undo.
-  @parameterized.parameters(1, 2)
-  def test_stuck_ring_raises(self, num_missing_signals):
-    with self.assertRaises(jax.errors.JaxRuntimeError) as cm:
-      self._ring(num_missing_signals)().block_until_ready()
+        mesh=mesh, in_specs=(), out_specs=P('x'), check_vma=False))
+    if not num_missing_signals:
+      out = jax.block_until_ready(ring())
+      np.testing.assert_array_equal(out, np.ones(num_devices))
+      return
+    with self.assertRaisesRegex(
+        jax.errors.JaxRuntimeError, rf'\b{pltpu.DeadlockError.__name__}: '
+    ) as cm:
+      ring().block_until_ready()
     test_util.reset_after_failure()
     message = str(cm.exception)
     self.assertIn('Deadlock: every core is finished or blocked', message)

@@ -18,8 +18,6 @@ To work around https://github.com/jax-ml/jax/issues/25671 , this file
 contains only tests that do not use shard_map.
 """
 
-import re
-
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -40,54 +38,44 @@ jax.config.parse_flags_with_absl()
 @jtu.thread_unsafe_test_class()
 class InterpretDeadlockTest(test_util.InterpretTestCase):
 
-  def _wait_line(self, marker: str) -> int:
-    """Returns the line number of this file's line that contains `marker`."""
-    with open(__file__) as f:
-      for number, line in enumerate(f, start=1):
-        if marker in line and '_wait_line' not in line:
-          return number
-    raise ValueError(marker)
+  @parameterized.product(num_cores=[2, 4], decrement=[False, True])
+  def test_unsatisfiable_waits_raise_deadlock_error(self, num_cores, decrement):
+    def make_kernel(num_cores):
+      # Every core waits for its own semaphore to reach core + 1; only core
+      # 0's semaphore is ever signalled, with 1, so only core 0's wait can be
+      # satisfied.
+      @test_util.kernel(
+          out_type=jax.ShapeDtypeStruct((num_cores, 8, 128), jnp.float32),
+          mesh=test_util.tensorcore_mesh(
+              axis_name='core', num_cores=num_cores
+          ),
+          scratch_types=[
+              pltpu.VMEM((8, 128), jnp.float32),
+              pltpu.SemaphoreType.REGULAR,
+          ],
+          interpret=pltpu.InterpretParams(
+              allow_non_decrementing_semaphore_wait=not decrement
+          ),
+      )
+      def kernel(o_ref, vmem_ref, sem):
+        core = jax.lax.axis_index('core')
 
-  def _unsatisfiable_kernel(self, num_cores, decrement, **params):
-    # Every core waits for its own semaphore to reach core + 1; only core 0's
-    # semaphore is ever signalled, with 1, so only core 0's wait is satisfied.
-    @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct((num_cores, 8, 128), jnp.float32),
-        mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=num_cores),
-        scratch_types=[
-            pltpu.VMEM((8, 128), jnp.float32),
-            pltpu.SemaphoreType.REGULAR,
-        ],
-        interpret=pltpu.InterpretParams(
-            allow_non_decrementing_semaphore_wait=True,
-            allow_collective_axes_in_run_scoped=True,
-            **params,
-        ),
-    )
-    def kernel(o_ref, vmem_ref, sem):
-      core = jax.lax.axis_index('core')
+        @pl.when(core == 0)
+        def _():
+          pl.semaphore_signal(sem, 1)
 
-      @pl.when(core == 0)
-      def _():
-        pl.semaphore_signal(sem, 1)
+        pl.semaphore_wait(sem, core + 1, decrement=decrement)
+        vmem_ref[...] = jnp.zeros((8, 128), jnp.float32)
+        pltpu.sync_copy(vmem_ref, o_ref.at[core])
 
-      pl.semaphore_wait(sem, core + 1, decrement=decrement)  # unsatisfiable
-      vmem_ref[...] = jnp.zeros((8, 128), jnp.float32)
-      pltpu.sync_copy(vmem_ref, o_ref.at[core])
+      return kernel
 
-    return kernel
-
-  @parameterized.product(num_cores=[1, 2, 4], decrement=[False, True])
-  def test_unsatisfiable_waits_raise(self, num_cores, decrement):
-    kernel = self._unsatisfiable_kernel(num_cores, decrement)
-    if num_cores == 1:
-      # Core 0's own wait is satisfied: nothing is blocked.
-      out = jax.block_until_ready(kernel())
-      np.testing.assert_array_equal(out, np.zeros((1, 8, 128)))
-      return
-    line = self._wait_line('# unsatisfiable')
-    with self.assertRaises(jax.errors.JaxRuntimeError) as cm:
-      kernel().block_until_ready()
+    # The error is raised in a callback: the caller gets a JaxRuntimeError
+    # whose message names the error's class.
+    with self.assertRaisesRegex(
+        jax.errors.JaxRuntimeError, rf'\b{pltpu.DeadlockError.__name__}: '
+    ) as cm:
+      make_kernel(num_cores)().block_until_ready()
     pltpu.reset_tpu_interpret_mode_state()
     message = str(cm.exception)
     self.assertIn('Deadlock: every core is finished or blocked', message)
@@ -96,11 +84,15 @@ class InterpretDeadlockTest(test_util.InterpretTestCase):
       # message also says where the semaphore was allocated.
       self.assertRegex(
           message,
-          rf'device 0, core {core}: waits at .*{re.escape(__file__)}:{line}'
-          rf'[^\n]* for semaphore \d+( allocated at [^\n]*)? to reach'
-          rf' {core + 1}; its count is 0\.',
+          rf'device 0, core {core}: waits at [^\n]*_test\.py:\d+[^\n]* for'
+          rf' semaphore \d+( allocated at [^\n]*)? to reach {core + 1}; its'
+          r' count is 0\.',
       )
     self.assertIn('Finished (device, core): [(0, 0)]', message)
+    # After the reset, the next kernel runs normally. With one core, core
+    # 0's own wait is satisfied and nothing is blocked.
+    out = jax.block_until_ready(make_kernel(1)())
+    np.testing.assert_array_equal(out, np.zeros((1, 8, 128)))
 
   def test_single_core_unsatisfiable_wait_raises(self):
     @test_util.kernel(
@@ -108,8 +100,7 @@ class InterpretDeadlockTest(test_util.InterpretTestCase):
         mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=1),
         scratch_types=[pltpu.VMEM((8, 128), jnp.float32)],
         interpret=pltpu.InterpretParams(
-            allow_non_decrementing_semaphore_wait=True,
-            allow_collective_axes_in_run_scoped=True,
+            allow_non_decrementing_semaphore_wait=True
         ),
     )
     def kernel(o_ref, vmem_ref):
@@ -130,24 +121,6 @@ class InterpretDeadlockTest(test_util.InterpretTestCase):
     ):
       kernel().block_until_ready()
     pltpu.reset_tpu_interpret_mode_state()
-
-  def test_deadlock_is_caught_by_its_name_in_the_runtime_error(self):
-    # The DeadlockError is raised in a callback; the caller gets a
-    # JaxRuntimeError whose message names it, and catches it like this.
-    kernel = self._unsatisfiable_kernel(2, True)
-    caught = None
-    try:
-      kernel().block_until_ready()
-    except jax.errors.JaxRuntimeError as e:
-      if 'DeadlockError' not in str(e):
-        raise
-      caught = e
-    pltpu.reset_tpu_interpret_mode_state()
-    self.assertIsNotNone(caught)
-    self.assertIn('device 0, core 1: waits at', str(caught))
-    # After the reset, the next kernel runs normally.
-    out = jax.block_until_ready(self._unsatisfiable_kernel(1, True)())
-    np.testing.assert_array_equal(out, np.zeros((1, 8, 128)))
 
   def test_never_entered_collective_scope_raises(self):
     # Core 0 waits in a collective scope for core 1, which never enters it.
@@ -202,8 +175,7 @@ class InterpretDeadlockTest(test_util.InterpretTestCase):
         ],
         interpret=pltpu.InterpretParams(
             allow_non_decrementing_semaphore_wait=True,
-            allow_collective_axes_in_run_scoped=True,
-            dma_execution_mode=dma_execution_mode
+            dma_execution_mode=dma_execution_mode,
         ),
     )
     def kernel(x_ref, o_ref, vmem_ref, sem):
@@ -232,8 +204,7 @@ class InterpretDeadlockTest(test_util.InterpretTestCase):
             pltpu.SemaphoreType.REGULAR,
         ],
         interpret=pltpu.InterpretParams(
-            allow_non_decrementing_semaphore_wait=True,
-            allow_collective_axes_in_run_scoped=True,
+            allow_non_decrementing_semaphore_wait=True
         ),
     )
     def kernel(o_ref, vmem_ref, sem):

@@ -62,8 +62,6 @@ class InterpretSemaphoreDistributedTest(test_util.InterpretDistributedTestCase):
       right_neighbor = lax.rem(my_id + 1, num_devices)
 
       barrier_sem = pltpu.get_barrier_semaphore()
-      # Device ids are mesh coordinates as tuples, which every version of TPU
-      # interpret mode takes (older ones take no dicts).
       pl.semaphore_signal(barrier_sem, device_id=(left_neighbor,))
       pl.semaphore_signal(barrier_sem, device_id=(right_neighbor,))
       pl.semaphore_wait(barrier_sem, 2, decrement=False)
@@ -132,8 +130,6 @@ class InterpretSemaphoreDistributedTest(test_util.InterpretDistributedTestCase):
     def kernel(o_ref, sem):
       my_id = lax.axis_index('x')
       right_neighbor = lax.rem(my_id + 1, num_devices)
-      # A tuple of mesh coordinates, which every version of TPU interpret
-      # mode takes (older ones take no dicts).
       pl.semaphore_signal(sem, my_id + 1, device_id=(right_neighbor,))
       left_id = lax.rem(my_id + num_devices - 1, num_devices)
       pl.semaphore_wait(sem, left_id + 1, decrement=False)

@@ -284,8 +284,8 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
 
     with self.assertRaisesRegex(
         jax.errors.JaxRuntimeError,
-        r'(?s)DeadlockError.*device 0, core 0: waits .* for subcore barrier'
-        r'.* to reach 16; its count is 15\.',
+        rf'(?s){pltpu.DeadlockError.__name__}.*device 0, core 0: waits .* for'
+        r' subcore barrier.* to reach 16; its count is 15\.',
     ):
       jax.block_until_ready(kernel())
     test_util.reset_after_failure()
