@@ -28,6 +28,8 @@ To work around https://github.com/jax-ml/jax/issues/25671 , this file
 contains only tests that do not use shard_map over several devices.
 """
 
+import sys
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -480,6 +482,66 @@ class InterpretSparseCoreLoadStoreTest(_SparseCoreTestCase):
     expected = np.full(8, 100, np.int32)
     np.add.at(expected, indices, x)
     np.testing.assert_array_equal(out, expected)
+
+  @parameterized.parameters(False, True)
+  def test_addupdate_scatter_from_every_subcore_loses_no_update(
+      self, detect_races
+  ):
+    # The 16 subcores add to the same VMEM_SHARED elements concurrently; each
+    # addition is atomic, so none is lost, and race detection reports the
+    # unordered additions. Python switches threads often here, so that the
+    # subcores' additions interleave.
+    self.addCleanup(sys.setswitchinterval, sys.getswitchinterval())
+    sys.setswitchinterval(1e-6)
+    num_additions = 64
+    self.enter_context(
+        jax.sharding.use_abstract_mesh(
+            jax.sharding.AbstractMesh(
+                (), (), abstract_device=test_util.tpu_v6e()
+            )
+        )
+    )
+
+    @test_util.kernel(
+        out_type=jax.ShapeDtypeStruct((8,), jnp.int32),
+        mesh=plsc.VectorSubcoreMesh(
+            core_axis_name='core', subcore_axis_name='subcore', num_cores=1
+        ),
+        scratch_types=[
+            pltpu.VMEM_SHARED((8,), jnp.int32),
+            pltpu.VMEM((8,), jnp.int32),
+        ],
+        interpret=test_util.interpret_params(detect_races=detect_races),
+    )
+    def kernel(o_ref, shared_ref, vmem_ref):
+      subcore = jax.lax.axis_index('subcore')
+
+      @pl.when(subcore == 0)
+      def _():
+        vmem_ref[...] = jnp.zeros((8,), jnp.int32)
+        pltpu.sync_copy(vmem_ref, shared_ref)
+
+      plsc.subcore_barrier()
+      lanes = jax.lax.broadcasted_iota(jnp.int32, (8,), 0)
+
+      @pl.loop(0, num_additions)
+      def _(i):
+        plsc.addupdate_scatter(
+            shared_ref, [lanes], jnp.full((8,), subcore + 1, jnp.int32)
+        )
+
+      plsc.subcore_barrier()
+
+      @pl.when(subcore == 0)
+      def _():
+        pltpu.sync_copy(shared_ref, vmem_ref)
+        pltpu.sync_copy(vmem_ref, o_ref)
+
+    np.testing.assert_array_equal(
+        kernel(), np.full(8, num_additions * sum(range(1, 17)), np.int32)
+    )
+    if detect_races:
+      self.assertTrue(mosaic_interpret.races.races_found)
 
   def test_out_of_bounds_gather_raises(self):
     def body(x_vmem, o_vmem):
