@@ -424,6 +424,50 @@ class InterpretSparseCoreLoadStoreTest(_SparseCoreTestCase):
         run()
       test_util.reset_after_failure()
 
+  @parameterized.parameters(4, 5)
+  def test_masked_load_race_check_covers_only_unmasked_elements(
+      self, num_read
+  ):
+    # A DMA writes elements 8 to 15 of a buffer while a masked load of the
+    # window 4 to 11 reads its first `num_read` elements: only with 5 does the
+    # load read an element the DMA writes, which is a race.
+    self.enter_context(
+        jax.sharding.use_abstract_mesh(
+            jax.sharding.AbstractMesh(
+                (), (), abstract_device=test_util.tpu_v6e()
+            )
+        )
+    )
+
+    @test_util.kernel(
+        out_type=jax.ShapeDtypeStruct((8,), jnp.int32),
+        mesh=plsc.VectorSubcoreMesh(
+            core_axis_name='core', subcore_axis_name='subcore', num_cores=1
+        ),
+        scratch_types=[
+            pltpu.VMEM((16,), jnp.int32),
+            pltpu.VMEM((8,), jnp.int32),
+            pltpu.SemaphoreType.DMA,
+        ],
+        interpret=test_util.interpret_params(detect_races=True),
+    )
+    def kernel(x_ref, o_ref, buffer_ref, out_vmem_ref, sem):
+      @pl.when(jax.lax.axis_index('subcore') == 0)
+      def _():
+        buffer_ref[pl.ds(0, 8)] = jnp.arange(8, dtype=jnp.int32)
+        copy = pltpu.make_async_copy(x_ref, buffer_ref.at[pl.ds(8, 8)], sem)
+        copy.start()
+        m = jax.lax.broadcasted_iota(jnp.int32, (8,), 0) < num_read
+        loaded = pltpu.load(buffer_ref.at[pl.ds(4, 8)], mask=m)
+        copy.wait()
+        out_vmem_ref[...] = jnp.where(m, loaded, -1)
+        pltpu.sync_copy(out_vmem_ref, o_ref)
+
+    out = jax.block_until_ready(kernel(jnp.arange(8, 16, dtype=jnp.int32)))
+    self.assertEqual(mosaic_interpret.races.races_found, num_read == 5)
+    np.testing.assert_array_equal(out[:4], [4, 5, 6, 7])
+    np.testing.assert_array_equal(out[num_read:], -1)
+
   @parameterized.parameters(False, True)
   def test_load_gather(self, masked):
     rng = np.random.default_rng(0)
