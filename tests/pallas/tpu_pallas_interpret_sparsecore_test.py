@@ -312,6 +312,111 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
 
     return kernel
 
+  @parameterized.named_parameters(
+      ('core_index', 'core_index'),
+      ('device_id_core_and_subcore', 'device_id_core_and_subcore'),
+      ('device_id_subcore', 'device_id_subcore'),
+  )
+  def test_sparse_core_signal_targets_sparse_core_and_subcore(self, target):
+    # Each subcore signals one other subcore, named as Mosaic's lowering names
+    # it: `core_index` and the core axis of `device_id` are the SparseCore,
+    # the subcore axis is the subcore, and an axis not named is the caller's.
+    self.enter_context(
+        jax.sharding.use_abstract_mesh(
+            jax.sharding.AbstractMesh(
+                (), (), abstract_device=test_util.tpu_v6e()
+            )
+        )
+    )
+
+    @test_util.kernel(
+        out_type=jax.ShapeDtypeStruct((2, 16, 8), jnp.int32),
+        mesh=plsc.VectorSubcoreMesh(
+            core_axis_name='core', subcore_axis_name='subcore', num_cores=2
+        ),
+        scratch_types=[
+            pltpu.VMEM((8,), jnp.int32),
+            pltpu.SemaphoreType.REGULAR,
+        ],
+        interpret=test_util.interpret_params(),
+    )
+    def kernel(o_ref, vmem_ref, sem):
+      core = jax.lax.axis_index('core')
+      subcore = jax.lax.axis_index('subcore')
+      inc = 100 * core + subcore + 1
+      if target == 'core_index':
+        # To (1 - core, subcore), from (1 - core, subcore).
+        pl.semaphore_signal(sem, inc, core_index=1 - core)
+        expected = 100 * (1 - core) + subcore + 1
+      elif target == 'device_id_core_and_subcore':
+        # To (1 - core, 15 - subcore), from (1 - core, 15 - subcore).
+        pl.semaphore_signal(
+            sem, inc, device_id={'core': 1 - core, 'subcore': 15 - subcore}
+        )
+        expected = 100 * (1 - core) + (15 - subcore) + 1
+      else:
+        # To (core, 15 - subcore), from (core, 15 - subcore).
+        pl.semaphore_signal(sem, inc, device_id={'subcore': 15 - subcore})
+        expected = 100 * core + (15 - subcore) + 1
+      pl.semaphore_wait(sem, expected)
+      vmem_ref[...] = jnp.full((8,), expected, jnp.int32)
+      pltpu.sync_copy(vmem_ref, o_ref.at[core, subcore])
+
+    core = np.arange(2)[:, None]
+    subcore = np.arange(16)[None, :]
+    expected = {
+        'core_index': 100 * (1 - core) + subcore + 1,
+        'device_id_core_and_subcore': 100 * (1 - core) + (15 - subcore) + 1,
+        'device_id_subcore': 100 * core + (15 - subcore) + 1,
+    }[target]
+    np.testing.assert_array_equal(
+        kernel(), np.broadcast_to(expected[..., None], (2, 16, 8))
+    )
+
+  def test_sparse_core_dma_targets_sparse_core_and_subcore(self):
+    # Each subcore copies its row to subcore (1 - core, 15 - subcore), named
+    # by the core and subcore axes of `device_id`.
+    self.enter_context(
+        jax.sharding.use_abstract_mesh(
+            jax.sharding.AbstractMesh(
+                (), (), abstract_device=test_util.tpu_v6e()
+            )
+        )
+    )
+
+    @test_util.kernel(
+        out_type=jax.ShapeDtypeStruct((2, 16, 8), jnp.int32),
+        mesh=plsc.VectorSubcoreMesh(
+            core_axis_name='core', subcore_axis_name='subcore', num_cores=2
+        ),
+        scratch_types=[
+            pltpu.VMEM((8,), jnp.int32),
+            pltpu.VMEM((8,), jnp.int32),
+            pltpu.SemaphoreType.DMA,
+            pltpu.SemaphoreType.DMA,
+        ],
+        interpret=test_util.interpret_params(),
+    )
+    def kernel(o_ref, src_ref, dst_ref, send_sem, recv_sem):
+      core = jax.lax.axis_index('core')
+      subcore = jax.lax.axis_index('subcore')
+      src_ref[...] = jnp.full((8,), 100 * core + subcore, jnp.int32)
+      copy = pltpu.make_async_remote_copy(
+          src_ref,
+          dst_ref,
+          send_sem,
+          recv_sem,
+          device_id={'core': 1 - core, 'subcore': 15 - subcore},
+      )
+      copy.start()
+      copy.wait()
+      pltpu.sync_copy(dst_ref, o_ref.at[core, subcore])
+
+    expected = 100 * (1 - np.arange(2)[:, None]) + (15 - np.arange(16))
+    np.testing.assert_array_equal(
+        kernel(), np.broadcast_to(expected[..., None], (2, 16, 8))
+    )
+
   def test_sparse_core_collective_scope_needs_allow_flag(self):
     with self.assertRaisesRegex(
         NotImplementedError,
