@@ -127,6 +127,49 @@ class InterpretSemaphoreReadTest(test_util.InterpretTestCase):
     out = self._run_single_core(kernel, 2)
     np.testing.assert_array_equal(out, [3, 0])
 
+  @parameterized.parameters('on_wait', 'eager')
+  def test_semaphore_read_polls_dma_to_completion(self, dma_execution_mode):
+    x = np.arange(8 * 128, dtype=np.float32).reshape(8, 128)
+
+    def kernel(x_ref, o_ref, polls_ref, vmem_ref, sem):
+      copy = pltpu.make_async_copy(x_ref, vmem_ref, sem)
+      copy.start()
+      # Poll the DMA semaphore until the copy signals it. The bound on the
+      # number of polls makes a read that never sees the copy fail the test
+      # instead of spinning forever.
+      polls_ref[0] = jax.lax.while_loop(
+          lambda polls: (pl.semaphore_read(sem) == 0) & (polls < 100),
+          lambda polls: polls + 1,
+          jnp.int32(0),
+      )
+      copy.wait()
+      o_ref[...] = vmem_ref[...]
+
+    out, polls = jax.block_until_ready(
+        pl.pallas_call(
+            kernel,
+            out_shape=(
+                jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                jax.ShapeDtypeStruct((1,), jnp.int32),
+            ),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=(
+                pl.BlockSpec(memory_space=pltpu.VMEM),
+                pl.BlockSpec(memory_space=pltpu.SMEM),
+            ),
+            scratch_shapes=[
+                pltpu.VMEM((8, 128), jnp.float32),
+                pltpu.SemaphoreType.DMA,
+            ],
+            interpret=test_util.interpret_params(
+                dma_execution_mode=dma_execution_mode, detect_races=True
+            ),
+        )(x)
+    )
+    self.assertLess(polls[0], 100)
+    np.testing.assert_array_equal(out, x)
+    self.assertFalse(mosaic_interpret.races.races_found)
+
 
 # TODO(jburnim): Figure out how to safely run different instance of TPU
 # interpret mode in parallel, and then remove this decorator.

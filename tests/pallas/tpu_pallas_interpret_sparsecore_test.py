@@ -28,6 +28,8 @@ To work around https://github.com/jax-ml/jax/issues/25671 , this file
 contains only tests that do not use shard_map over several devices.
 """
 
+import sys
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -310,6 +312,111 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
 
     return kernel
 
+  @parameterized.named_parameters(
+      ('core_index', 'core_index'),
+      ('device_id_core_and_subcore', 'device_id_core_and_subcore'),
+      ('device_id_subcore', 'device_id_subcore'),
+  )
+  def test_sparse_core_signal_targets_sparse_core_and_subcore(self, target):
+    # Each subcore signals one other subcore, named as Mosaic's lowering names
+    # it: `core_index` and the core axis of `device_id` are the SparseCore,
+    # the subcore axis is the subcore, and an axis not named is the caller's.
+    self.enter_context(
+        jax.sharding.use_abstract_mesh(
+            jax.sharding.AbstractMesh(
+                (), (), abstract_device=test_util.tpu_v6e()
+            )
+        )
+    )
+
+    @test_util.kernel(
+        out_type=jax.ShapeDtypeStruct((2, 16, 8), jnp.int32),
+        mesh=plsc.VectorSubcoreMesh(
+            core_axis_name='core', subcore_axis_name='subcore', num_cores=2
+        ),
+        scratch_types=[
+            pltpu.VMEM((8,), jnp.int32),
+            pltpu.SemaphoreType.REGULAR,
+        ],
+        interpret=test_util.interpret_params(),
+    )
+    def kernel(o_ref, vmem_ref, sem):
+      core = jax.lax.axis_index('core')
+      subcore = jax.lax.axis_index('subcore')
+      inc = 100 * core + subcore + 1
+      if target == 'core_index':
+        # To (1 - core, subcore), from (1 - core, subcore).
+        pl.semaphore_signal(sem, inc, core_index=1 - core)
+        expected = 100 * (1 - core) + subcore + 1
+      elif target == 'device_id_core_and_subcore':
+        # To (1 - core, 15 - subcore), from (1 - core, 15 - subcore).
+        pl.semaphore_signal(
+            sem, inc, device_id={'core': 1 - core, 'subcore': 15 - subcore}
+        )
+        expected = 100 * (1 - core) + (15 - subcore) + 1
+      else:
+        # To (core, 15 - subcore), from (core, 15 - subcore).
+        pl.semaphore_signal(sem, inc, device_id={'subcore': 15 - subcore})
+        expected = 100 * core + (15 - subcore) + 1
+      pl.semaphore_wait(sem, expected)
+      vmem_ref[...] = jnp.full((8,), expected, jnp.int32)
+      pltpu.sync_copy(vmem_ref, o_ref.at[core, subcore])
+
+    core = np.arange(2)[:, None]
+    subcore = np.arange(16)[None, :]
+    expected = {
+        'core_index': 100 * (1 - core) + subcore + 1,
+        'device_id_core_and_subcore': 100 * (1 - core) + (15 - subcore) + 1,
+        'device_id_subcore': 100 * core + (15 - subcore) + 1,
+    }[target]
+    np.testing.assert_array_equal(
+        kernel(), np.broadcast_to(expected[..., None], (2, 16, 8))
+    )
+
+  def test_sparse_core_dma_targets_sparse_core_and_subcore(self):
+    # Each subcore copies its row to subcore (1 - core, 15 - subcore), named
+    # by the core and subcore axes of `device_id`.
+    self.enter_context(
+        jax.sharding.use_abstract_mesh(
+            jax.sharding.AbstractMesh(
+                (), (), abstract_device=test_util.tpu_v6e()
+            )
+        )
+    )
+
+    @test_util.kernel(
+        out_type=jax.ShapeDtypeStruct((2, 16, 8), jnp.int32),
+        mesh=plsc.VectorSubcoreMesh(
+            core_axis_name='core', subcore_axis_name='subcore', num_cores=2
+        ),
+        scratch_types=[
+            pltpu.VMEM((8,), jnp.int32),
+            pltpu.VMEM((8,), jnp.int32),
+            pltpu.SemaphoreType.DMA,
+            pltpu.SemaphoreType.DMA,
+        ],
+        interpret=test_util.interpret_params(),
+    )
+    def kernel(o_ref, src_ref, dst_ref, send_sem, recv_sem):
+      core = jax.lax.axis_index('core')
+      subcore = jax.lax.axis_index('subcore')
+      src_ref[...] = jnp.full((8,), 100 * core + subcore, jnp.int32)
+      copy = pltpu.make_async_remote_copy(
+          src_ref,
+          dst_ref,
+          send_sem,
+          recv_sem,
+          device_id={'core': 1 - core, 'subcore': 15 - subcore},
+      )
+      copy.start()
+      copy.wait()
+      pltpu.sync_copy(dst_ref, o_ref.at[core, subcore])
+
+    expected = 100 * (1 - np.arange(2)[:, None]) + (15 - np.arange(16))
+    np.testing.assert_array_equal(
+        kernel(), np.broadcast_to(expected[..., None], (2, 16, 8))
+    )
+
   def test_sparse_core_collective_scope_needs_allow_flag(self):
     with self.assertRaisesRegex(
         NotImplementedError,
@@ -422,6 +529,50 @@ class InterpretSparseCoreLoadStoreTest(_SparseCoreTestCase):
         run()
       test_util.reset_after_failure()
 
+  @parameterized.parameters(4, 5)
+  def test_masked_load_race_check_covers_only_unmasked_elements(
+      self, num_read
+  ):
+    # A DMA writes elements 8 to 15 of a buffer while a masked load of the
+    # window 4 to 11 reads its first `num_read` elements: only with 5 does the
+    # load read an element the DMA writes, which is a race.
+    self.enter_context(
+        jax.sharding.use_abstract_mesh(
+            jax.sharding.AbstractMesh(
+                (), (), abstract_device=test_util.tpu_v6e()
+            )
+        )
+    )
+
+    @test_util.kernel(
+        out_type=jax.ShapeDtypeStruct((8,), jnp.int32),
+        mesh=plsc.VectorSubcoreMesh(
+            core_axis_name='core', subcore_axis_name='subcore', num_cores=1
+        ),
+        scratch_types=[
+            pltpu.VMEM((16,), jnp.int32),
+            pltpu.VMEM((8,), jnp.int32),
+            pltpu.SemaphoreType.DMA,
+        ],
+        interpret=test_util.interpret_params(detect_races=True),
+    )
+    def kernel(x_ref, o_ref, buffer_ref, out_vmem_ref, sem):
+      @pl.when(jax.lax.axis_index('subcore') == 0)
+      def _():
+        buffer_ref[pl.ds(0, 8)] = jnp.arange(8, dtype=jnp.int32)
+        copy = pltpu.make_async_copy(x_ref, buffer_ref.at[pl.ds(8, 8)], sem)
+        copy.start()
+        m = jax.lax.broadcasted_iota(jnp.int32, (8,), 0) < num_read
+        loaded = pltpu.load(buffer_ref.at[pl.ds(4, 8)], mask=m)
+        copy.wait()
+        out_vmem_ref[...] = jnp.where(m, loaded, -1)
+        pltpu.sync_copy(out_vmem_ref, o_ref)
+
+    out = jax.block_until_ready(kernel(jnp.arange(8, 16, dtype=jnp.int32)))
+    self.assertEqual(mosaic_interpret.races.races_found, num_read == 5)
+    np.testing.assert_array_equal(out[:4], [4, 5, 6, 7])
+    np.testing.assert_array_equal(out[num_read:], -1)
+
   @parameterized.parameters(False, True)
   def test_load_gather(self, masked):
     rng = np.random.default_rng(0)
@@ -480,6 +631,66 @@ class InterpretSparseCoreLoadStoreTest(_SparseCoreTestCase):
     expected = np.full(8, 100, np.int32)
     np.add.at(expected, indices, x)
     np.testing.assert_array_equal(out, expected)
+
+  @parameterized.parameters(False, True)
+  def test_addupdate_scatter_from_every_subcore_loses_no_update(
+      self, detect_races
+  ):
+    # The 16 subcores add to the same VMEM_SHARED elements concurrently; each
+    # addition is atomic, so none is lost, and race detection reports the
+    # unordered additions. Python switches threads often here, so that the
+    # subcores' additions interleave.
+    self.addCleanup(sys.setswitchinterval, sys.getswitchinterval())
+    sys.setswitchinterval(1e-6)
+    num_additions = 64
+    self.enter_context(
+        jax.sharding.use_abstract_mesh(
+            jax.sharding.AbstractMesh(
+                (), (), abstract_device=test_util.tpu_v6e()
+            )
+        )
+    )
+
+    @test_util.kernel(
+        out_type=jax.ShapeDtypeStruct((8,), jnp.int32),
+        mesh=plsc.VectorSubcoreMesh(
+            core_axis_name='core', subcore_axis_name='subcore', num_cores=1
+        ),
+        scratch_types=[
+            pltpu.VMEM_SHARED((8,), jnp.int32),
+            pltpu.VMEM((8,), jnp.int32),
+        ],
+        interpret=test_util.interpret_params(detect_races=detect_races),
+    )
+    def kernel(o_ref, shared_ref, vmem_ref):
+      subcore = jax.lax.axis_index('subcore')
+
+      @pl.when(subcore == 0)
+      def _():
+        vmem_ref[...] = jnp.zeros((8,), jnp.int32)
+        pltpu.sync_copy(vmem_ref, shared_ref)
+
+      plsc.subcore_barrier()
+      lanes = jax.lax.broadcasted_iota(jnp.int32, (8,), 0)
+
+      @pl.loop(0, num_additions)
+      def _(i):
+        plsc.addupdate_scatter(
+            shared_ref, [lanes], jnp.full((8,), subcore + 1, jnp.int32)
+        )
+
+      plsc.subcore_barrier()
+
+      @pl.when(subcore == 0)
+      def _():
+        pltpu.sync_copy(shared_ref, vmem_ref)
+        pltpu.sync_copy(vmem_ref, o_ref)
+
+    np.testing.assert_array_equal(
+        kernel(), np.full(8, num_additions * sum(range(1, 17)), np.int32)
+    )
+    if detect_races:
+      self.assertTrue(mosaic_interpret.races.races_found)
 
   def test_out_of_bounds_gather_raises(self):
     def body(x_vmem, o_vmem):
