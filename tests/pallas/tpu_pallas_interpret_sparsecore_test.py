@@ -66,46 +66,25 @@ class _SparseCoreTestCase(test_util.InterpretTestCase):
 @jtu.thread_unsafe_test_class()
 class InterpretSparseCoreTest(_SparseCoreTestCase):
 
-  def _sparse_core_kernel(
-      self,
-      out_type=None,
-      *scratch_types,
-      num_cores=2,
-      scalar=False,
-      **params,
-  ):
+  def _sparse_core_kernel(self, out_type=None, *scratch_types, num_cores=2,
+                          scalar=False, **params):
     """Returns `pl.kernel` over the subcores of a TPU v6e, in interpret mode.
 
-    The TPU v6e (2 SparseCores of 16 vector subcores, 8 lanes) is described
-    by an abstract mesh, entered for the rest of the test.
-
-    Args:
-      out_type: The kernel's output type; by default one int32 row of 8 lanes
-        per (SparseCore, subcore).
-      *scratch_types: The kernel's scratch buffers and semaphores.
-      num_cores: The number of SparseCores of the mesh.
-      scalar: Whether the mesh is a `plsc.ScalarSubcoreMesh` (axis 'core')
-        rather than a `plsc.VectorSubcoreMesh` (axes 'core' and 'subcore').
-      **params: `InterpretParams` fields; collective scopes are allowed unless
-        `allow_collective_axes_in_run_scoped=False`.
+    By default over a `plsc.VectorSubcoreMesh` of 2 SparseCores of 16
+    subcores, each with an int32 output row of 8 lanes.
     """
-    abstract_mesh = jax.sharding.AbstractMesh(
-        (), (), abstract_device=test_util.tpu_v6e()
-    )
-    self.enter_context(jax.sharding.use_abstract_mesh(abstract_mesh))
+    abstract_device = test_util.tpu_v6e()
+    self.enter_context(jax.sharding.use_abstract_mesh(
+        jax.sharding.AbstractMesh((), (), abstract_device=abstract_device)))
     if scalar:
       mesh = plsc.ScalarSubcoreMesh(axis_name='core', num_cores=num_cores)
     else:
-      mesh = plsc.VectorSubcoreMesh(
-          core_axis_name='core', subcore_axis_name='subcore',
-          num_cores=num_cores,
-      )
-      self.assertEqual(mesh.num_subcores, 16)
-    params.setdefault('allow_collective_axes_in_run_scoped', True)
+      mesh = plsc.VectorSubcoreMesh(core_axis_name='core',
+                                    subcore_axis_name='subcore',
+                                    num_cores=num_cores)
     return test_util.kernel(
-        out_type=(
-            out_type or jax.ShapeDtypeStruct((num_cores, 16, 8), jnp.int32)
-        ),
+        out_type=out_type or jax.ShapeDtypeStruct((num_cores, 16, 8),
+                                                  jnp.int32),
         mesh=mesh,
         scratch_types=scratch_types,
         interpret=test_util.interpret_params(**params),
@@ -144,7 +123,8 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
   def test_shared_table_barrier_gather(self, detect_races):
     # The standard SparseCore pattern: one subcore copies a table into
     # VMEM_SHARED, all subcores wait at the barrier, then each gathers rows.
-    table = np.arange(24 * 8, dtype=np.float32).reshape(24, 8)
+    # Each SparseCore has its own table, in its own VMEM_SHARED.
+    table = np.arange(2 * 24 * 8, dtype=np.float32).reshape(2, 24, 8)
     rows = (7 * np.arange(16)[None, :] + np.arange(2)[:, None]) % 24
 
     @self._sparse_core_kernel(
@@ -159,41 +139,17 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
 
       @pl.when(subcore == 0)
       def _():
-        pltpu.sync_copy(table_ref, shared_ref)
+        pltpu.sync_copy(table_ref.at[core], shared_ref)
 
       plsc.subcore_barrier()
       pltpu.sync_copy(shared_ref.at[(7 * subcore + core) % 24], row_ref)
       pltpu.sync_copy(row_ref, o_ref.at[core, subcore])
 
-    np.testing.assert_array_equal(kernel(jnp.asarray(table)), table[rows])
+    np.testing.assert_array_equal(
+        kernel(jnp.asarray(table)), table[np.arange(2)[:, None], rows]
+    )
     if detect_races:
       self.assertFalse(mosaic_interpret.races.races_found)
-
-  def test_sparse_cores_do_not_share_vmem_shared(self):
-    # Subcore 0 of each SparseCore writes its own value into VMEM_SHARED;
-    # after the barrier, every subcore reads its own SparseCore's value.
-    @self._sparse_core_kernel(
-        None,
-        pltpu.VMEM_SHARED((8,), jnp.int32),
-        pltpu.VMEM((8,), jnp.int32),
-        detect_races=True,
-    )
-    def kernel(o_ref, shared_ref, vmem_ref):
-      core = jax.lax.axis_index('core')
-      subcore = jax.lax.axis_index('subcore')
-
-      @pl.when(subcore == 0)
-      def _():
-        vmem_ref[...] = jnp.full((8,), core + 1, jnp.int32)
-        pltpu.sync_copy(vmem_ref, shared_ref)
-
-      plsc.subcore_barrier()
-      pltpu.sync_copy(shared_ref, vmem_ref)
-      pltpu.sync_copy(vmem_ref, o_ref.at[core, subcore])
-
-    expected = np.broadcast_to(np.arange(1, 3)[:, None, None], (2, 16, 8))
-    np.testing.assert_array_equal(kernel(), expected)
-    self.assertFalse(mosaic_interpret.races.races_found)
 
   @parameterized.parameters(False, True)
   def test_race_on_vmem_shared_without_barrier(self, barrier):
@@ -229,14 +185,19 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
       (('subcore',), np.arange(2) * 10 + 1),
       (('core', 'subcore'), np.full(2, 1)),
   )
-  def test_collective_scope(self, collective_axes, expected_per_core):
+  def test_collective_scope_over_subcore_axes(
+      self, collective_axes, expected_per_core
+  ):
     # Subcore 0 of each SparseCore (or of SparseCore 0, when the scope spans
     # both axes) fills the collective buffer and signals the collective
     # semaphore once per subcore sharing it; every subcore then reads it.
     sharing = 16 * (2 if 'core' in collective_axes else 1)
 
     @self._sparse_core_kernel(
-        None, pltpu.VMEM((8,), jnp.int32), detect_races=True
+        None,
+        pltpu.VMEM((8,), jnp.int32),
+        detect_races=True,
+        allow_collective_axes_in_run_scoped=True,
     )
     def kernel(o_ref, vmem_ref):
       core = jax.lax.axis_index('core')
@@ -292,9 +253,74 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
       jax.block_until_ready(kernel())
     test_util.reset_after_failure()
 
-  def _sparse_core_collective_kernel(self, collective_axes, allow=True):
-    """Returns a kernel with one collective scope over `collective_axes`."""
+  @parameterized.named_parameters(
+      ('signal_core_index', True, False, False),
+      ('signal_device_id_core_and_subcore', True, True, False),
+      ('signal_device_id_subcore', False, True, False),
+      ('dma_device_id_core_and_subcore', True, True, True),
+  )
+  def test_sparse_core_signal_and_dma_reach_sparse_core_and_subcore(
+      self, other_core, other_subcore, dma
+  ):
+    # Subcore (c, s) sends 100 * c + s + 1 to its peer, named as Mosaic's
+    # lowering reads it: `core_index` and the core axis of `device_id` are the
+    # SparseCore, the subcore axis the subcore, an axis not named the caller's.
+    def peer(core, subcore):
+      return (1 - core if other_core else core,
+              15 - subcore if other_subcore else subcore)
 
+    @self._sparse_core_kernel(
+        None,
+        pltpu.VMEM((8,), jnp.int32),
+        pltpu.VMEM((8,), jnp.int32),
+        pltpu.SemaphoreType.REGULAR,
+        pltpu.SemaphoreType.DMA,
+        pltpu.SemaphoreType.DMA,
+    )
+    def kernel(o_ref, src_ref, dst_ref, sem, send_sem, recv_sem):
+      core = jax.lax.axis_index('core')
+      subcore = jax.lax.axis_index('subcore')
+      peer_core, peer_subcore = peer(core, subcore)
+      value = 100 * core + subcore + 1
+      device_id = {'subcore': peer_subcore}
+      if other_core:
+        device_id['core'] = peer_core
+      if dma:
+        src_ref[...] = jnp.full((8,), value, jnp.int32)
+        copy = pltpu.make_async_remote_copy(
+            src_ref, dst_ref, send_sem, recv_sem, device_id=device_id
+        )
+        copy.start()
+        copy.wait()
+      else:
+        if other_subcore:
+          pl.semaphore_signal(sem, value, device_id=device_id)
+        else:
+          pl.semaphore_signal(sem, value, core_index=peer_core)
+        peer_value = 100 * peer_core + peer_subcore + 1
+        pl.semaphore_wait(sem, peer_value)
+        dst_ref[...] = jnp.full((8,), peer_value, jnp.int32)
+      pltpu.sync_copy(dst_ref, o_ref.at[core, subcore])
+
+    peer_core, peer_subcore = peer(np.arange(2)[:, None], np.arange(16))
+    expected = 100 * peer_core + peer_subcore + 1
+    np.testing.assert_array_equal(
+        kernel(), np.broadcast_to(expected[..., None], (2, 16, 8))
+    )
+
+  @parameterized.named_parameters(
+      ('needs_allow_flag', 'subcore', False, NotImplementedError,
+       r'InterpretParams\(allow_collective_axes_in_run_scoped=True\)'),
+      ('axis_not_in_scope', 'rows', True, ValueError,
+       r"'rows' is not a core axis .* are \('core', 'subcore'\)"),
+      ('core_axis_alone', 'core', True, NotImplementedError,
+       r'over all core axes, or over the subcore axis'),
+      ('device_axis', ('x', 'subcore'), True, NotImplementedError,
+       r"'x' is a device axis"),
+  )
+  def test_sparse_core_collective_axes_raise(
+      self, collective_axes, allow, error, regex
+  ):
     @self._sparse_core_kernel(
         jax.ShapeDtypeStruct((8,), jnp.int32),
         allow_collective_axes_in_run_scoped=allow,
@@ -305,144 +331,10 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
         pltpu.sync_copy(buffer_ref, o_ref)
 
       pl.run_scoped(
-          body,
-          pltpu.VMEM((8,), jnp.int32),
-          collective_axes=collective_axes,
+          body, pltpu.VMEM((8,), jnp.int32), collective_axes=collective_axes
       )
 
-    return kernel
-
-  @parameterized.named_parameters(
-      ('core_index', 'core_index'),
-      ('device_id_core_and_subcore', 'device_id_core_and_subcore'),
-      ('device_id_subcore', 'device_id_subcore'),
-  )
-  def test_sparse_core_signal_targets_sparse_core_and_subcore(self, target):
-    # Each subcore signals one other subcore, named as Mosaic's lowering names
-    # it: `core_index` and the core axis of `device_id` are the SparseCore,
-    # the subcore axis is the subcore, and an axis not named is the caller's.
-    self.enter_context(
-        jax.sharding.use_abstract_mesh(
-            jax.sharding.AbstractMesh(
-                (), (), abstract_device=test_util.tpu_v6e()
-            )
-        )
-    )
-
-    @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct((2, 16, 8), jnp.int32),
-        mesh=plsc.VectorSubcoreMesh(
-            core_axis_name='core', subcore_axis_name='subcore', num_cores=2
-        ),
-        scratch_types=[
-            pltpu.VMEM((8,), jnp.int32),
-            pltpu.SemaphoreType.REGULAR,
-        ],
-        interpret=test_util.interpret_params(),
-    )
-    def kernel(o_ref, vmem_ref, sem):
-      core = jax.lax.axis_index('core')
-      subcore = jax.lax.axis_index('subcore')
-      inc = 100 * core + subcore + 1
-      if target == 'core_index':
-        # To (1 - core, subcore), from (1 - core, subcore).
-        pl.semaphore_signal(sem, inc, core_index=1 - core)
-        expected = 100 * (1 - core) + subcore + 1
-      elif target == 'device_id_core_and_subcore':
-        # To (1 - core, 15 - subcore), from (1 - core, 15 - subcore).
-        pl.semaphore_signal(
-            sem, inc, device_id={'core': 1 - core, 'subcore': 15 - subcore}
-        )
-        expected = 100 * (1 - core) + (15 - subcore) + 1
-      else:
-        # To (core, 15 - subcore), from (core, 15 - subcore).
-        pl.semaphore_signal(sem, inc, device_id={'subcore': 15 - subcore})
-        expected = 100 * core + (15 - subcore) + 1
-      pl.semaphore_wait(sem, expected)
-      vmem_ref[...] = jnp.full((8,), expected, jnp.int32)
-      pltpu.sync_copy(vmem_ref, o_ref.at[core, subcore])
-
-    core = np.arange(2)[:, None]
-    subcore = np.arange(16)[None, :]
-    expected = {
-        'core_index': 100 * (1 - core) + subcore + 1,
-        'device_id_core_and_subcore': 100 * (1 - core) + (15 - subcore) + 1,
-        'device_id_subcore': 100 * core + (15 - subcore) + 1,
-    }[target]
-    np.testing.assert_array_equal(
-        kernel(), np.broadcast_to(expected[..., None], (2, 16, 8))
-    )
-
-  def test_sparse_core_dma_targets_sparse_core_and_subcore(self):
-    # Each subcore copies its row to subcore (1 - core, 15 - subcore), named
-    # by the core and subcore axes of `device_id`.
-    self.enter_context(
-        jax.sharding.use_abstract_mesh(
-            jax.sharding.AbstractMesh(
-                (), (), abstract_device=test_util.tpu_v6e()
-            )
-        )
-    )
-
-    @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct((2, 16, 8), jnp.int32),
-        mesh=plsc.VectorSubcoreMesh(
-            core_axis_name='core', subcore_axis_name='subcore', num_cores=2
-        ),
-        scratch_types=[
-            pltpu.VMEM((8,), jnp.int32),
-            pltpu.VMEM((8,), jnp.int32),
-            pltpu.SemaphoreType.DMA,
-            pltpu.SemaphoreType.DMA,
-        ],
-        interpret=test_util.interpret_params(),
-    )
-    def kernel(o_ref, src_ref, dst_ref, send_sem, recv_sem):
-      core = jax.lax.axis_index('core')
-      subcore = jax.lax.axis_index('subcore')
-      src_ref[...] = jnp.full((8,), 100 * core + subcore, jnp.int32)
-      copy = pltpu.make_async_remote_copy(
-          src_ref,
-          dst_ref,
-          send_sem,
-          recv_sem,
-          device_id={'core': 1 - core, 'subcore': 15 - subcore},
-      )
-      copy.start()
-      copy.wait()
-      pltpu.sync_copy(dst_ref, o_ref.at[core, subcore])
-
-    expected = 100 * (1 - np.arange(2)[:, None]) + (15 - np.arange(16))
-    np.testing.assert_array_equal(
-        kernel(), np.broadcast_to(expected[..., None], (2, 16, 8))
-    )
-
-  def test_sparse_core_collective_scope_needs_allow_flag(self):
-    with self.assertRaisesRegex(
-        NotImplementedError,
-        r'not supported by the Mosaic TPU compiler.*'
-        r'InterpretParams\(allow_collective_axes_in_run_scoped=True\)',
-    ):
-      self._sparse_core_collective_kernel('subcore', allow=False)()
-
-  def test_sparse_core_collective_axis_not_in_scope_raises(self):
-    with self.assertRaisesRegex(
-        ValueError,
-        r"'rows' is not a core axis .* The available core axes are"
-        r" \('core', 'subcore'\)",
-    ):
-      self._sparse_core_collective_kernel('rows')()
-
-  def test_sparse_core_collective_core_axis_alone_raises(self):
-    with self.assertRaisesRegex(
-        NotImplementedError,
-        r'only supports collective allocation over all core axes, or over'
-        r' the subcore axis',
-    ):
-      self._sparse_core_collective_kernel('core')()
-
-  def test_sparse_core_collective_device_axis_raises(self):
-    kernel = self._sparse_core_collective_kernel(('x', 'subcore'))
+    # In a one-device shard_map, whose axis 'x' is a device axis.
     f = jax.shard_map(
         kernel,
         mesh=jax.sharding.Mesh(np.array(jax.devices()[:1]), ('x',)),
@@ -450,9 +342,8 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
         out_specs=jax.sharding.PartitionSpec('x'),
         check_vma=False,
     )
-    with self.assertRaisesRegex(NotImplementedError, r"'x' is a device axis"):
+    with self.assertRaisesRegex(error, regex):
       f()
-
 
 @jtu.thread_unsafe_test_class()
 class InterpretSparseCoreLoadStoreTest(_SparseCoreTestCase):
@@ -536,25 +427,13 @@ class InterpretSparseCoreLoadStoreTest(_SparseCoreTestCase):
     # A DMA writes elements 8 to 15 of a buffer while a masked load of the
     # window 4 to 11 reads its first `num_read` elements: only with 5 does the
     # load read an element the DMA writes, which is a race.
-    self.enter_context(
-        jax.sharding.use_abstract_mesh(
-            jax.sharding.AbstractMesh(
-                (), (), abstract_device=test_util.tpu_v6e()
-            )
-        )
-    )
-
-    @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct((8,), jnp.int32),
-        mesh=plsc.VectorSubcoreMesh(
-            core_axis_name='core', subcore_axis_name='subcore', num_cores=1
-        ),
-        scratch_types=[
-            pltpu.VMEM((16,), jnp.int32),
-            pltpu.VMEM((8,), jnp.int32),
-            pltpu.SemaphoreType.DMA,
-        ],
-        interpret=test_util.interpret_params(detect_races=True),
+    @self._sparse_core_kernel(
+        jax.ShapeDtypeStruct((8,), jnp.int32),
+        pltpu.VMEM((16,), jnp.int32),
+        pltpu.VMEM((8,), jnp.int32),
+        pltpu.SemaphoreType.DMA,
+        num_cores=1,
+        detect_races=True,
     )
     def kernel(x_ref, o_ref, buffer_ref, out_vmem_ref, sem):
       @pl.when(jax.lax.axis_index('subcore') == 0)
@@ -643,24 +522,13 @@ class InterpretSparseCoreLoadStoreTest(_SparseCoreTestCase):
     self.addCleanup(sys.setswitchinterval, sys.getswitchinterval())
     sys.setswitchinterval(1e-6)
     num_additions = 64
-    self.enter_context(
-        jax.sharding.use_abstract_mesh(
-            jax.sharding.AbstractMesh(
-                (), (), abstract_device=test_util.tpu_v6e()
-            )
-        )
-    )
 
-    @test_util.kernel(
-        out_type=jax.ShapeDtypeStruct((8,), jnp.int32),
-        mesh=plsc.VectorSubcoreMesh(
-            core_axis_name='core', subcore_axis_name='subcore', num_cores=1
-        ),
-        scratch_types=[
-            pltpu.VMEM_SHARED((8,), jnp.int32),
-            pltpu.VMEM((8,), jnp.int32),
-        ],
-        interpret=test_util.interpret_params(detect_races=detect_races),
+    @self._sparse_core_kernel(
+        jax.ShapeDtypeStruct((8,), jnp.int32),
+        pltpu.VMEM_SHARED((8,), jnp.int32),
+        pltpu.VMEM((8,), jnp.int32),
+        num_cores=1,
+        detect_races=detect_races,
     )
     def kernel(o_ref, shared_ref, vmem_ref):
       subcore = jax.lax.axis_index('subcore')
