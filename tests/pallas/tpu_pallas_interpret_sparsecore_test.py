@@ -321,13 +321,17 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
     # Each subcore signals one other subcore, named as Mosaic's lowering names
     # it: `core_index` and the core axis of `device_id` are the SparseCore,
     # the subcore axis is the subcore, and an axis not named is the caller's.
-    self.enter_context(
-        jax.sharding.use_abstract_mesh(
-            jax.sharding.AbstractMesh(
-                (), (), abstract_device=test_util.tpu_v6e()
-            )
-        )
+    # Older jax releases: begin.
+    if target == 'core_index' and jax.__version_info__ < (0, 10, 2):
+      self.skipTest(
+          "jax 0.10.0 and 0.10.1 lower core_index as Mosaic's flat core ID"
+          ' (num_subcores * core + subcore), and so do their series'
+      )
+    # Older jax releases: end.
+    abstract_mesh = jax.sharding.AbstractMesh(
+        (), (), abstract_device=test_util.tpu_v6e()
     )
+    self.enter_context(jax.sharding.use_abstract_mesh(abstract_mesh))
 
     @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((2, 16, 8), jnp.int32),
@@ -376,13 +380,10 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
   def test_sparse_core_dma_targets_sparse_core_and_subcore(self):
     # Each subcore copies its row to subcore (1 - core, 15 - subcore), named
     # by the core and subcore axes of `device_id`.
-    self.enter_context(
-        jax.sharding.use_abstract_mesh(
-            jax.sharding.AbstractMesh(
-                (), (), abstract_device=test_util.tpu_v6e()
-            )
-        )
+    abstract_mesh = jax.sharding.AbstractMesh(
+        (), (), abstract_device=test_util.tpu_v6e()
     )
+    self.enter_context(jax.sharding.use_abstract_mesh(abstract_mesh))
 
     @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((2, 16, 8), jnp.int32),
@@ -536,13 +537,10 @@ class InterpretSparseCoreLoadStoreTest(_SparseCoreTestCase):
     # A DMA writes elements 8 to 15 of a buffer while a masked load of the
     # window 4 to 11 reads its first `num_read` elements: only with 5 does the
     # load read an element the DMA writes, which is a race.
-    self.enter_context(
-        jax.sharding.use_abstract_mesh(
-            jax.sharding.AbstractMesh(
-                (), (), abstract_device=test_util.tpu_v6e()
-            )
-        )
+    abstract_mesh = jax.sharding.AbstractMesh(
+        (), (), abstract_device=test_util.tpu_v6e()
     )
+    self.enter_context(jax.sharding.use_abstract_mesh(abstract_mesh))
 
     @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((8,), jnp.int32),
@@ -643,13 +641,10 @@ class InterpretSparseCoreLoadStoreTest(_SparseCoreTestCase):
     self.addCleanup(sys.setswitchinterval, sys.getswitchinterval())
     sys.setswitchinterval(1e-6)
     num_additions = 64
-    self.enter_context(
-        jax.sharding.use_abstract_mesh(
-            jax.sharding.AbstractMesh(
-                (), (), abstract_device=test_util.tpu_v6e()
-            )
-        )
+    abstract_mesh = jax.sharding.AbstractMesh(
+        (), (), abstract_device=test_util.tpu_v6e()
     )
+    self.enter_context(jax.sharding.use_abstract_mesh(abstract_mesh))
 
     @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((8,), jnp.int32),
