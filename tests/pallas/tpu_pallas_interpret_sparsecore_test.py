@@ -265,6 +265,13 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
     # Subcore (c, s) sends 100 * c + s + 1 to its peer, named as Mosaic's
     # lowering reads it: `core_index` and the core axis of `device_id` are the
     # SparseCore, the subcore axis the subcore, an axis not named the caller's.
+    # Older jax releases: begin.
+    if not other_subcore and jax.__version_info__ < (0, 10, 2):
+      self.skipTest(
+          "jax 0.10.0 and 0.10.1 lower core_index as Mosaic's flat core ID"
+          ' (num_subcores * core + subcore), and so do their series'
+      )
+    # Older jax releases: end.
     def peer(core, subcore):
       return (1 - core if other_core else core,
               15 - subcore if other_subcore else subcore)
