@@ -158,7 +158,7 @@ def interpret_params(**kwargs) -> pltpu.InterpretParams:
     )
     kwargs[old_name] = kwargs.pop('num_cores_or_threads')
   if (
-      kwargs.get('allow_hbm_allocation_in_run_scoped')
+      'allow_hbm_allocation_in_run_scoped' in kwargs
       and 'allow_hbm_allocation_in_run_scoped' not in fields
   ):
     # Releases without the field always allow it.
