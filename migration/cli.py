@@ -109,20 +109,20 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from migration import carry
+from jax_fork import carry
 from migration import check
 from migration import compat
 from migration import environment
-from migration import drift
+from jax_fork import drift
 from migration import errors
-from migration import fork
+from jax_fork import fork
 from migration import fsutil
 from migration import manifest as manifest_lib
-from migration import port
+from jax_fork import port
 from migration import report
 from migration import state
 from migration import transaction
-from migration import upstream
+from jax_fork import upstream
 from migration import wheelbuild
 from migration import wheels
 

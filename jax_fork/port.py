@@ -29,11 +29,11 @@ import shutil
 import tempfile
 import textwrap
 
-from migration import carry
+from jax_fork import carry
 from migration import check
 from migration import compat
 from migration import errors
-from migration import fork
+from jax_fork import fork
 from migration import manifest as manifest_lib
 from migration import wheels
 

@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from migration import drift  # noqa: E402
+from jax_fork import drift  # noqa: E402
 from migration import manifest as manifest_lib  # noqa: E402
 
 PATCHES = os.path.join(REPO, 'patches')

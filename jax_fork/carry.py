@@ -27,7 +27,7 @@ import os
 import re
 
 from migration import errors
-from migration import fork
+from jax_fork import fork
 from migration import hunks as hunks_lib
 from migration import manifest as manifest_lib
 
