@@ -35,6 +35,7 @@ from migration import compat
 from migration import errors
 from jax_fork import fork
 from migration import manifest as manifest_lib
+from jax_fork import manifest_gen
 from migration import wheels
 
 
@@ -188,7 +189,7 @@ def port(manifest: manifest_lib.Manifest, version: str,
     shutil.copytree(patches_dir, staged)
     if exact:
       series_name = source.name
-      manifest_lib.generate(
+      manifest_gen.generate(
           staged, serve={source.name: [*source.hashes, version]},
           wheel_dirs=wheel_dirs)
       changed = {}
@@ -209,7 +210,7 @@ def port(manifest: manifest_lib.Manifest, version: str,
                 encoding='utf-8') as f:
         f.write('\n'.join([*_note(source, nearest, version, fits), *names])
                 + '\n')
-      manifest_lib.generate(staged, serve={name: [version]},
+      manifest_gen.generate(staged, serve={name: [version]},
                             wheel_dirs=wheel_dirs)
       changed = {name: []}
     new_manifest = manifest_lib.load(staged)

@@ -118,6 +118,7 @@ from migration import errors
 from jax_fork import fork
 from migration import fsutil
 from migration import manifest as manifest_lib
+from jax_fork import manifest_gen
 from jax_fork import port
 from migration import report
 from migration import state
@@ -569,7 +570,7 @@ def _apply_or_revert(command: str, patches_dir: str) -> tuple[int, str]:
 
 
 def _manifest(patches_dir: str) -> tuple[int, str]:
-  data = manifest_lib.generate(patches_dir, _parse_serve(_SERVE.value),
+  data = manifest_gen.generate(patches_dir, _parse_serve(_SERVE.value),
                                _RELEASE.value, tuple(_WHEEL_DIR.value))
   if _JSON.value:
     return _done_json('manifest', manifest=data)

@@ -28,6 +28,7 @@ sys.path.insert(0, REPO)
 
 from migration import hunks  # noqa: E402
 from migration import manifest as manifest_lib  # noqa: E402
+from jax_fork import manifest_gen  # noqa: E402
 from migration import transaction  # noqa: E402
 from migration import wheels  # noqa: E402
 
@@ -514,7 +515,7 @@ class MigrationCliTest(absltest.TestCase):
     patches = os.path.join(self.root, 'upstream-patches')
     shutil.rmtree(patches, ignore_errors=True)
     shutil.copytree(PATCHES, patches)
-    manifest_lib.generate(patches, wheel_dirs=(wheel_dir,))
+    manifest_gen.generate(patches, wheel_dirs=(wheel_dir,))
     loaded = manifest_lib.load(patches)
     self.assertEqual(loaded.series[self.series.name].upstream[VERSION],
                      (first.name,))
