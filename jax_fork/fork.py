@@ -211,7 +211,7 @@ def _require_clean(fork_dir: str) -> None:
 def _require_fork(fork_dir: str) -> None:
   if not os.path.isdir(os.path.join(fork_dir, PACKAGE_DIR, '.git')):
     raise errors.UsageError(
-        f'No fork in {fork_dir}; run `python -m migration fork` first.')
+        f'No fork in {fork_dir}; run `python -m jax_fork fork` first.')
 
 
 def _format_series(fork_dir: str, version: str, rev: str,
@@ -399,7 +399,7 @@ def series_branches(manifest: manifest_lib.Manifest,
   if missing:
     raise errors.UsageError(
         f'{fork_dir} has no branch for {", ".join(missing)}; it was not '
-        f'made by `python -m migration fork --all`.')
+        f'made by `python -m jax_fork fork --all`.')
   return [(s, _upstream_tag(fork_dir, s.name)) for s in _by_base(manifest)]
 
 

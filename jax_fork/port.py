@@ -75,7 +75,7 @@ def _note(source: manifest_lib.Series, nearest: str, version: str,
          check.Fit.CONFLICT: 'rebased with a 3-way merge'}
   lines = textwrap.wrap(
       f'Ported from {source.name} (jax {nearest}) onto jax {version}\'s '
-      f'released files by `python -m migration port` (git cherry-pick, a '
+      f'released files by `python -m jax_fork port` (git cherry-pick, a '
       f'3-way merge):', 76)
   for f in fits:
     lines.append(f'  {f.name.split("-", 1)[0]} {how[f.fit]}.')
@@ -237,9 +237,9 @@ def port(manifest: manifest_lib.Manifest, version: str,
   if not exact:
     todo.append(f'Review {os.path.join(patches_dir, name)} (its series '
                 f'note says what was rebased), then recreate the fork: '
-                f'python -m migration fork --all')
+                f'python -m jax_fork fork --all')
   todo.append('Check the drift between series (CI runs it): python -m '
-              'migration drift')
+              'jax_fork drift')
   todo.append('Add the release to RELEASE_NOTES.md; commit patches/ and '
               'README.md')
   return PortResult(version, nearest, source.name, series_name, not exact,

@@ -62,7 +62,7 @@ class DriftTest(absltest.TestCase):
     baseline = drift.load_baseline(manifest)
     new = [(d.series, d.subject) for d in drift.compare(manifest)
            if drift.status(d, baseline) == 'new']
-    self.assertEqual(new, [], 'run python -m migration drift')
+    self.assertEqual(new, [], 'run python -m jax_fork drift')
 
   def test_an_uncarried_line_is_new_drift_and_update_records_it(self):
     tmp = tempfile.mkdtemp(prefix='drift-test-')
@@ -106,7 +106,7 @@ class DriftTest(absltest.TestCase):
     self.assertFalse([d for d in drift.compare(manifest)
                       if drift.status(d, baseline) == 'new'])
     proc = subprocess.run(
-        [sys.executable, '-m', 'migration', 'drift',
+        [sys.executable, '-m', 'jax_fork', 'drift',
          f'--patches_dir={patches}', f'--series={others[0]}'],
         env=dict(os.environ, PYTHONPATH=REPO), capture_output=True,
         text=True, check=False)

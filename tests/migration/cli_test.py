@@ -119,7 +119,7 @@ class MigrationCliTest(absltest.TestCase):
 
   def test_usage_error(self):
     proc = self.run_tool('frobnicate', expect=2)
-    self.assertIn('status, check, apply, revert, wheel, fork, refresh',
+    self.assertIn('out of status, check, apply, revert, wheel; got',
                   proc.stderr)
     self.run_tool('status', '--no_such_flag', expect=2)
 
