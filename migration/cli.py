@@ -85,7 +85,7 @@ from migration import report
 from migration import state
 
 COMMANDS = ('status', 'check', 'apply', 'revert', 'wheel')
-# The maintainers' commands, python -m jax_fork's since release 0.2.0: their
+# The maintainers' commands, python -m jax_fork's since interpret.2: their
 # old spellings exit 2 naming the new one, for one release.
 MOVED = ('fork', 'refresh', 'carry', 'port', 'drift', 'manifest',
          'export-upstream')
