@@ -32,8 +32,8 @@ Commands:
             of --version V (default: the installed version) into -o DIR
             (default dist/).
 
-Maintainers' commands (fork, refresh, carry, drift, port, manifest,
-export-upstream) are python -m jax_fork's, in a checkout of this repository.
+The maintainers' commands are python -m jax_fork's (in a checkout of this
+repository).
 
 Exit codes:
   0  success, or nothing to do
