@@ -61,7 +61,8 @@ Exit codes:
 
 Flags may be written with - or _ (--jax-repo, --jax_repo); -o DIR is
 --output_dir=DIR. --json, --patches_dir and --wheel_dir, and the environment
-variables, are python -m migration's.
+variables, are python -m migration's, but for the default patches directory:
+patches/ beside jax_fork/, never an installed copy.
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ from migration import report
 
 COMMANDS = ('fork', 'refresh', 'carry', 'port', 'drift', 'manifest',
             'export-upstream')
+# The repository's patches, beside this package: the default, so that an
+# installed copy of migration (its package data) is never what is edited.
+_REPO_PATCHES = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'patches')
 
 # The flags python -m migration defines too, with what they mean here.
 _SHARED_FLAGS = {
@@ -354,7 +359,9 @@ def _run(args: list[str]) -> tuple[int, str]:
     raise errors.UsageError(
         f'Expected one command out of {", ".join(COMMANDS)}; got '
         f'{" ".join(args) or "none"}. Run python -m jax_fork --help.')
-  patches_dir = manifest_lib.locate_patches_dir(_PATCHES_DIR.value)
+  patches_dir = manifest_lib.locate_patches_dir(
+      _PATCHES_DIR.value or os.environ.get(manifest_lib.PATCHES_DIR_ENV)
+      or _REPO_PATCHES)
   if command in ('fork', 'refresh'):
     return _fork(command, patches_dir)
   if command == 'drift':
