@@ -8,33 +8,32 @@ migration (status, check, apply, revert, wheel), which never imports this
 package.
 
 Commands:
-  fork      make jax_fork/ a git repository of the released
-            interpreter package with one commit per patch.
-  refresh   rewrite the series from jax_fork/'s commits and
-            regenerate the manifest.
+  fork      Make jax_fork/ a git repository of the released interpreter
+            package with one commit per patch.
+  refresh   Rewrite the series from jax_fork/'s commits and regenerate the
+            manifest.
             fork --all: one branch per series (jax-0.7.2 ... jax-0.12.0),
             each on its release's files (tag upstream/V); refresh --all:
             rewrite every series from its branch, all or nothing.
-  carry     carry COMMIT or A..B (a fix, normally a fixup!
-            commit on the newest branch) to every other series' branch
-            (--onto=B,...): git cherry-pick -x, then rebase --autosquash;
-            stops at the first conflict, naming branch, file and hunk.
-  drift     per series and patch, the lines it adds or removes
-            that the newest series' patch does not (context ignored); exit
-            7 on drift not recorded in patches/drift.json (--update records
-            it; --series=S prints the lines).
-  port      serve --version V (a new jax release; its wheel
-            may be in --wheel_dir): the nearest series exactly, else
-            rebased with a 3-way merge into patches/jax-V/; regenerates the
-            manifest and README.md's table; exit 4 and nothing written on
-            a conflict.
-  manifest  regenerate patches/manifest.json from the series
-            files and the released jax wheels (downloaded with pip into
+  carry     Carry COMMIT or A..B (a fix, normally a fixup! commit on the
+            newest branch) to every other series' branch (--onto=B,...): git
+            cherry-pick -x, then rebase --autosquash; stops at the first
+            conflict, naming branch, file and hunk.
+  drift     Per series and patch, the lines it adds or removes that the
+            newest series' patch does not (context ignored); exit 7 on drift
+            not recorded in patches/drift.json (--update records it;
+            --series=S prints the lines).
+  port      Serve --version V (a new jax release; its wheel may be in
+            --wheel_dir): the nearest series exactly, else rebased with a
+            3-way merge into patches/jax-V/; regenerates the manifest and
+            README.md's table; exit 4 and nothing written on a conflict.
+  manifest  Regenerate patches/manifest.json from the series files and the
+            released jax wheels (downloaded with pip into
             ~/.cache/jax-interpret-patches/wheels).
   export-upstream
-            a stack of single-commit pull requests on top of
-            the jax checkout --jax_repo (left untouched), one per patch of
-            the series, in order: the patch's interpreter change, its test
+            A stack of single-commit pull requests on top of the jax
+            checkout --jax_repo (left untouched), one per patch of the
+            series, in order: the patch's interpreter change, its test
             methods added to upstream's tpu_pallas_interpret_test.py and
             tpu_pallas_interpret_distributed_test.py, and its changelog
             entry; the patch's message without the DEP-3 header, authored by
