@@ -305,17 +305,18 @@ def _status(patches_dir: str) -> tuple[int, str]:
   manifest = manifest_lib.load(patches_dir)
   env = environment.detect(_PYTHON.value)
   status = state.classify(env, manifest)
-  interrupted = bool(env.site_packages) and os.path.exists(
-      os.path.join(transaction.state_dir(env), transaction.JOURNAL))
+  interrupted, problem = transaction.inspect_state(status)
   if _JSON.value:
     data = report.status_dict(status)
     data.update(command='status', ok=True, exit_code=0,
-                interrupted=interrupted)
+                interrupted=interrupted, state_problem=problem)
     return 0, report.to_json(data)
   text = report.status_text(status)
   if interrupted:
     text += ('\n\nAn interrupted run was found; the next apply or revert '
              'completes or undoes it first.')
+  if problem:
+    text += f'\n\nState directory problem: {problem}'
   return 0, text
 
 
