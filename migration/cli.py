@@ -81,21 +81,24 @@ Exit codes:
      branches before the conflicting one)
   5  environment problem: git or the wheel package missing, a target file
      that cannot be replaced (immutable, read-only mount), site-packages or
-     the state directory read-only or full, the lock path not a file, a
-     wheel that cannot be downloaded or cached, a --python that reports no
-     usable environment; nothing was changed
+     the state directory read-only or full, $TMPDIR too small, the lock
+     path not a file, a state folder or file that is a link, FIFO or
+     device, or another user's or writable by one, a wheel that cannot be
+     downloaded or cached, a --python that reports no usable environment;
+     nothing was changed
   6  another run holds the lock
   7  patch data problem: a patch file corrupted or edited, the manifest
      missing, malformed, edited by hand or out of date, a path outside
-     site-packages/jax, an unusable journal, or (drift) new drift between
-     series; nothing was changed
+     site-packages/jax, an unusable journal or record, or (drift) new drift
+     between series; nothing was changed
 
 Flags may be written with - or _ (--dry-run, --dry_run); -o DIR is
 --output_dir=DIR.
 
 Environment variables: JAX_INTERPRET_PATCHES_DIR (same as --patches_dir),
-JAX_INTERPRET_PATCHES_STATE_DIR (lock, journal, pristine backup and record;
-default <site-packages>/../.jax-interpret-patches),
+JAX_INTERPRET_PATCHES_STATE_DIR (the state root: one folder per install
+with its lock, journal, pristine backup and record; default
+<site-packages>/../.jax-interpret-patches),
 JAX_INTERPRET_PATCHES_CACHE (wheel cache root).
 """
 

@@ -44,7 +44,7 @@ from migration import wheels  # noqa: E402
 PATCHES = os.path.join(REPO, 'patches')
 VERSION = os.environ.get('JAX_INTERPRET_PATCHES_TEST_VERSION', '0.12.0.1')
 # Seconds a tool run may take before the test calls it a hang.
-TIMEOUT_S = 120
+TIMEOUT_S = 60
 # The user that plays "another user" (made with useradd if missing).
 OTHER_USER = 'jip-state-other'
 
@@ -417,12 +417,12 @@ class StateFaultTest(absltest.TestCase):
           path = os.path.join(self.a.state_dir, name)
           fsutil.remove(path)
           plant(path)
-          data = self.a.status()
-          self.assertIn(f'exit {code}', data['state_problem'])
           command = 'apply' if start == 'pristine' else 'revert'
           self.a.tool(command, expect=code)
           self.a.tool(command, '--dry-run', expect=code)
           self.assertEnd(self.a, start)
+          data = self.a.status()
+          self.assertIn(f'exit {code}', data['state_problem'])
 
   # Item 7: a full $TMPDIR.
 
