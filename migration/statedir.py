@@ -19,7 +19,8 @@ random), a record when it names the installed jax version and the install is
 dry runs read them where they are (``legacy_claims``).
 
 Safety: the root and the install folder are created 0700, files 0600,
-whatever the umask. A root or install folder that is a link, or that
+whatever the umask; when root runs for another user's install, they are
+given to the owner of site-packages/jax afterwards (``give_to_owner``). A root or install folder that is a link, or that
 another user owns (other than root and the owner of site-packages/jax) or
 can write, is refused with exit code 5 before anything is written. State
 files are opened with ``O_NOFOLLOW | O_NONBLOCK`` and must be regular files
@@ -286,6 +287,39 @@ def locked(sdir: str, env: environment.Environment, timeout: float):
     yield
   finally:
     lock.release()
+
+
+def _install_owner(env: environment.Environment) -> tuple[int, int] | None:
+  """The owner and group of site-packages/jax when root runs for another
+  user (who can then run the tool on that install), else None."""
+  if os.geteuid() != 0:
+    return None
+  try:
+    st = os.stat(jax_dir(env))
+  except OSError:
+    return None
+  return None if st.st_uid == 0 else (st.st_uid, st.st_gid)
+
+
+def give_to_owner(env: environment.Environment) -> None:
+  """When root ran for another user's install, gives its state to that
+  user: the install's folder and everything in it, and the default root
+  (not ``$JAX_INTERPRET_PATCHES_STATE_DIR``) if root made it. Best effort:
+  a file that cannot be given is left (the owner's run then says so).
+  """
+  owner = _install_owner(env)
+  if owner is None:
+    return
+  root, sdir = root_dir(env), install_dir(env)
+  paths = [sdir]
+  for d, dirs, files in os.walk(sdir):
+    paths += [os.path.join(d, n) for n in dirs + files]
+  with contextlib.suppress(OSError):
+    if not os.environ.get(STATE_DIR_ENV) and os.lstat(root).st_uid == 0:
+      paths.append(root)
+  for p in paths:
+    with contextlib.suppress(OSError):
+      os.lchown(p, *owner)
 
 
 def legacy_claims(env: environment.Environment, patched: bool,

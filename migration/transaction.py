@@ -532,6 +532,20 @@ def run(command: str, manifest: manifest_lib.Manifest,
     return _dry_run(plan_lib.make(command, before, read_dir, manifest.release,
                                   force, wheel_dirs), journal_pending)
   _make_state_dir(env)
+  try:
+    return _run_locked(command, manifest, env, before, sdir, lock_timeout,
+                       force, wheel_dirs)
+  finally:
+    statedir.give_to_owner(env)
+
+
+def _run_locked(command: str, manifest: manifest_lib.Manifest,
+                env: environment.Environment, before: state.Status,
+                sdir: str, lock_timeout: float, force: bool,
+                wheel_dirs: tuple[str, ...]) -> Result:
+  """The part of ``run`` under the install's lock."""
+  noop = {'apply': state.Overall.PATCHED, 'revert': state.Overall.PRISTINE}
+  word = 'patched' if command == 'apply' else 'pristine'
   with statedir.locked(sdir, env, lock_timeout):
     _kill_point('locked')
     statedir.adopt_legacy(env, _legacy_claims(before), lock_timeout)

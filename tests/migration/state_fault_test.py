@@ -88,9 +88,11 @@ class Install:
 
   def tool(self, *args: str, env: dict[str, str] | None = None,
            expect: int | None = 0, umask: int | None = None,
+           user: tuple[int, int] | None = None,
            ) -> subprocess.CompletedProcess[str]:
     """Runs the tool on this install; checks its exit code (no traceback
-    unless 1)."""
+    unless 1). ``user``: the uid and gid to run as, with the system Python
+    (the venv's is under /root)."""
     t = self.test
     full_env = {k: v for k, v in os.environ.items()
                 if not k.startswith('JAX_INTERPRET_PATCHES_')}
@@ -101,8 +103,12 @@ class Install:
         JAX_INTERPRET_PATCHES_WHEEL_DIRS=os.path.dirname(t.wheel))
     full_env.update(env or {})
     preexec = None if umask is None else (lambda: os.umask(umask))
+    cmd = [t.venv.python, '-m', 'migration', *args]
+    if user is not None:
+      cmd = ['setpriv', f'--reuid={user[0]}', f'--regid={user[1]}',
+             '--clear-groups', '/usr/bin/python3', *cmd[1:]]
     try:
-      proc = subprocess.run([t.venv.python, '-m', 'migration', *args],
+      proc = subprocess.run(cmd,
                             cwd=t.root, env=full_env, capture_output=True,
                             text=True, check=False, timeout=TIMEOUT_S,
                             preexec_fn=preexec)
@@ -382,6 +388,32 @@ class StateFaultTest(absltest.TestCase):
           os.remove(self.a.state_root)
         shutil.rmtree(decoy, ignore_errors=True)
 
+  def test_root_patches_a_users_install_and_the_user_reverts(self):
+    uid, gid = self._other_user()
+    if not os.path.exists('/usr/bin/python3'):
+      self.skipTest('no /usr/bin/python3 for another user to run')
+
+    def chown_tree(top, owner):
+      os.lchown(top, *owner)
+      for d, dirs, files in os.walk(top):
+        for n in dirs + files:
+          os.lchown(os.path.join(d, n), *owner)
+
+    chown_tree(self.a.site, (uid, gid))
+    self.addCleanup(chown_tree, self.a.site, (0, 0))
+    os.chmod(self.root, 0o711)
+    self.addCleanup(os.chmod, self.root, 0o700)
+    for d in (self.tmp, self.home):
+      os.chown(d, uid, gid)
+    self.a.tool('apply')
+    self.assertEnd(self.a, 'patched')
+    owners = {p: os.lstat(p).st_uid for p in [self.a.state_root] + [
+        os.path.join(d, n) for d, dirs, files in os.walk(self.a.state_root)
+        for n in dirs + files]}
+    self.assertEqual({p for p, o in owners.items() if o != uid}, set())
+    self.a.tool('revert', user=(uid, gid))
+    self.assertEnd(self.a, 'pristine')
+
   # Item 5: corrupt state files.
 
   def test_corrupt_state_files(self):
@@ -414,9 +446,11 @@ class StateFaultTest(absltest.TestCase):
           if start == 'patched':
             self.a.tool('apply')
           os.makedirs(self.a.state_dir, exist_ok=True)
-          path = os.path.join(self.a.state_dir, name)
-          fsutil.remove(path)
-          plant(path)
+          # In the install's folder, and where interpret.1 looked.
+          for d in (self.a.state_dir, self.a.state_root):
+            path = os.path.join(d, name)
+            fsutil.remove(path)
+            plant(path)
           command = 'apply' if start == 'pristine' else 'revert'
           self.a.tool(command, expect=code)
           self.a.tool(command, '--dry-run', expect=code)
