@@ -47,20 +47,24 @@ Exit codes:
      run; nothing was changed
   5  environment problem: git or the wheel package missing, a target file
      that cannot be replaced (immutable, read-only mount), site-packages or
-     the state directory read-only or full, the lock path not a file, a
-     wheel that cannot be downloaded or cached, a --python that reports no
-     usable environment; nothing was changed
+     the state directory read-only or full, $TMPDIR too small, the lock
+     path not a file, a state folder or file that is a link, FIFO or
+     device, or another user's or writable by one, a wheel that cannot be
+     downloaded or cached, a --python that reports no usable environment;
+     nothing was changed
   6  another run holds the lock
   7  patch data problem: a patch file corrupted or edited, the manifest
      missing, malformed, edited by hand or out of date, a path outside
-     site-packages/jax, or an unusable journal; nothing was changed
+     site-packages/jax, or an unusable journal or record; nothing was
+     changed
 
 Flags may be written with - or _ (--dry-run, --dry_run); -o DIR is
 --output_dir=DIR.
 
 Environment variables: JAX_INTERPRET_PATCHES_DIR (same as --patches_dir),
-JAX_INTERPRET_PATCHES_STATE_DIR (lock, journal, pristine backup and record;
-default <site-packages>/../.jax-interpret-patches),
+JAX_INTERPRET_PATCHES_STATE_DIR (the state root: one folder per install
+with its lock, journal, pristine backup and record; default
+<site-packages>/../.jax-interpret-patches),
 JAX_INTERPRET_PATCHES_CACHE (wheel cache root).
 """
 
@@ -78,9 +82,7 @@ from absl import logging
 from migration import environment
 from migration import errors
 from migration import fsutil
-from migration import journal as journal_lib
 from migration import manifest as manifest_lib
-from migration import record as record_lib
 from migration import report
 from migration import state
 
@@ -235,17 +237,19 @@ def _status(patches_dir: str) -> tuple[int, str]:
   manifest = manifest_lib.load(patches_dir)
   env = environment.detect(_PYTHON.value)
   status = state.classify(env, manifest)
-  interrupted = bool(env.site_packages) and os.path.exists(
-      journal_lib.path(record_lib.state_dir(env)))
+  from migration import transaction  # pylint: disable=g-import-not-at-top
+  interrupted, problem = transaction.inspect_state(status)
   if _JSON.value:
     data = report.status_dict(status)
     data.update(command='status', ok=True, exit_code=0,
-                interrupted=interrupted)
+                interrupted=interrupted, state_problem=problem)
     return 0, report.to_json(data)
   text = report.status_text(status)
   if interrupted:
     text += ('\n\nAn interrupted run was found; the next apply or revert '
              'completes or undoes it first.')
+  if problem:
+    text += f'\n\nState directory problem: {problem}'
   return 0, text
 
 

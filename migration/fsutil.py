@@ -134,7 +134,7 @@ def makedirs(root: str, relparts: list[str]) -> str:
   for part in relparts:
     path = os.path.join(path, part)
     try:
-      os.mkdir(path)
+      os.mkdir(path, 0o700)
     except FileExistsError:
       pass
     if not stat.S_ISDIR(os.lstat(path).st_mode):

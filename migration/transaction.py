@@ -48,7 +48,6 @@ import signal
 import stat
 
 from absl import logging
-import filelock
 
 from migration import environment
 from migration import errors
@@ -59,6 +58,7 @@ from migration import manifest as manifest_lib
 from migration import plan as plan_lib
 from migration import record as record_lib
 from migration import state
+from migration import statedir
 
 STATE_DIR_ENV = record_lib.STATE_DIR_ENV
 # Testing only: exit abruptly after this many files were replaced.
@@ -155,23 +155,23 @@ def _probe_dir(directory: str, step: str = 'probed') -> str | None:
   return None
 
 
-def _make_state_dir(sdir: str) -> None:
-  """Creates the state directory and checks that it is writable.
+def _make_state_dir(env: environment.Environment) -> str:
+  """Creates the install's state folder, 0700, and checks it is writable.
+
+  Returns:
+    The folder.
 
   Raises:
-    EnvironmentProblem: it cannot be created or written.
+    EnvironmentProblem: it cannot be created or written, or is unsafe
+      (``statedir.check_dir``).
   """
-  try:
-    os.makedirs(sdir, exist_ok=True)
-  except OSError as e:
-    raise errors.EnvironmentProblem(
-        f'Cannot create the state directory {sdir}: {e}. Nothing was '
-        'changed.') from e
+  sdir = statedir.make(env)
   why = _probe_dir(sdir)
   if why:
     raise errors.EnvironmentProblem(
         f'The state directory {sdir} is not writable ({why}). Nothing was '
         'changed.')
+  return sdir
 
 
 def check_writable(env: environment.Environment, files) -> None:
@@ -268,34 +268,6 @@ def _unchanged(status: state.Status) -> bool:
              for f in status.files)
 
 
-@contextlib.contextmanager
-def _locked(sdir: str, timeout: float):
-  """Holds the state directory's lock.
-
-  Raises:
-    LockedError: another run holds it past ``timeout`` seconds.
-    EnvironmentProblem: the lock file cannot be made (e.g. a directory).
-  """
-  path = os.path.join(sdir, 'lock')
-  if os.path.lexists(path) and not fsutil.is_regular(path):
-    raise errors.EnvironmentProblem(
-        f'The lock file {path} is a directory or a link; remove it. '
-        'Nothing was changed.')
-  lock = filelock.FileLock(path, timeout=timeout)
-  try:
-    lock.acquire()
-  except filelock.Timeout as e:
-    raise errors.LockedError(
-        f'Another run holds the lock {path}; retry when it finishes.') from e
-  except OSError as e:
-    raise errors.EnvironmentProblem(
-        f'Cannot take the lock {path}: {e}. Nothing was changed.') from e
-  try:
-    yield
-  finally:
-    lock.release()
-
-
 def _keep(plan: plan_lib.Plan) -> None:
   """Backs up the pristine files and sets the modified ones aside."""
   version = plan.env.jax_version
@@ -336,7 +308,7 @@ def _write_temps(plan: plan_lib.Plan) -> journal_lib.Journal:
           *names))
     _kill_point('temp-written')
     journal = journal_lib.Journal(plan.command, 'commit', tuple(entries),
-                                  plan.record)
+                                  plan.record, statedir.jax_dir(plan.env))
     journal_lib.write(plan.sdir, journal)
   except BaseException:
     for p in made:
@@ -441,6 +413,57 @@ def _execute(plan: plan_lib.Plan, manifest: manifest_lib.Manifest,
                 plan.sdir, plan.skipped, displaced=tuple(plan.displaced))
 
 
+def _legacy_claims(status: state.Status) -> tuple[bool, bool]:
+  """The state files of an older release this install owns (``statedir``)."""
+  env = status.env
+  patched = status.overall in (state.Overall.PATCHED,
+                               state.Overall.PARTLY_PATCHED)
+  return statedir.legacy_claims(
+      env, patched, lambda data: journal_lib.temp_paths(data, env))
+
+
+def _check_state(status: state.Status, sdir: str) -> tuple[bool, bool]:
+  """Checks the state root and ``sdir``, its lock, journal and record, as
+  every run does before it reads or writes any (``statedir``).
+
+  Returns:
+    The claims on an older release's state (``_legacy_claims``).
+
+  Raises:
+    EnvironmentProblem: a folder or file is unsafe (a link, a FIFO, another
+      user's).
+    PatchDataError: the journal or record is unusable.
+  """
+  env = status.env
+  claims = _legacy_claims(status)  # Checks the root.
+  statedir.check_dir(sdir, env)
+  statedir.check_file(os.path.join(sdir, statedir.LOCK), env)
+  journal_lib.load(sdir, env)
+  record_lib.load(sdir, env)
+  return claims
+
+
+def inspect_state(status: state.Status) -> tuple[bool, str | None]:
+  """For status: whether a run was interrupted, and what is wrong with the
+  state directory (what apply and revert would refuse), read only.
+
+  Returns:
+    ``(interrupted, problem)``; ``problem`` is None, or the error message
+    with its exit code.
+  """
+  env = status.env
+  if env.site_packages is None or not env.jax_installed:
+    return False, None
+  sdir = state_dir(env)
+  interrupted = os.path.lexists(journal_lib.path(sdir))
+  try:
+    interrupted = _check_state(status, sdir)[0] or interrupted
+  except errors.MigrationError as e:
+    return interrupted, (f'{e} (apply and revert exit '
+                         f'{int(e.exit_code)})')
+  return interrupted, None
+
+
 def run(command: str, manifest: manifest_lib.Manifest,
         lock_timeout: float = 0.0, python: str | None = None,
         dry_run: bool = False, force: bool = False,
@@ -490,8 +513,10 @@ def run(command: str, manifest: manifest_lib.Manifest,
         f'jax=={env.jax_version}')
   sdir = state_dir(env)
   noop = {'apply': state.Overall.PATCHED, 'revert': state.Overall.PRISTINE}
-  journal_pending = os.path.lexists(journal_lib.path(sdir))
-  stale_record = command == 'revert' and record_lib.load(sdir) is not None
+  claims = _check_state(before, sdir)
+  journal_pending = os.path.lexists(journal_lib.path(sdir)) or claims[0]
+  stale_record = command == 'revert' and (
+      record_lib.load(sdir, env) is not None or claims[1])
   stale_temps = bool(fsutil.leftovers(
       _sweep_dirs(env, before.series.files, sdir)))
   word = 'patched' if command == 'apply' else 'pristine'
@@ -502,11 +527,28 @@ def run(command: str, manifest: manifest_lib.Manifest,
                   dry_run=dry_run)
   gitapply.git_executable()
   if dry_run:
-    return _dry_run(plan_lib.make(command, before, sdir, manifest.release, force,
-                              wheel_dirs), journal_pending)
-  _make_state_dir(sdir)
-  with _locked(sdir, lock_timeout):
+    # An older release's record this run would adopt is read where it is.
+    read_dir = statedir.root_dir(env) if claims[1] else sdir
+    return _dry_run(plan_lib.make(command, before, read_dir, manifest.release,
+                                  force, wheel_dirs), journal_pending)
+  _make_state_dir(env)
+  try:
+    return _run_locked(command, manifest, env, before, sdir, lock_timeout,
+                       force, wheel_dirs)
+  finally:
+    statedir.give_to_owner(env)
+
+
+def _run_locked(command: str, manifest: manifest_lib.Manifest,
+                env: environment.Environment, before: state.Status,
+                sdir: str, lock_timeout: float, force: bool,
+                wheel_dirs: tuple[str, ...]) -> Result:
+  """The part of ``run`` under the install's lock."""
+  noop = {'apply': state.Overall.PATCHED, 'revert': state.Overall.PRISTINE}
+  word = 'patched' if command == 'apply' else 'pristine'
+  with statedir.locked(sdir, env, lock_timeout):
     _kill_point('locked')
+    statedir.adopt_legacy(env, _legacy_claims(before), lock_timeout)
     interrupted = recover(env, sdir)
     _kill_point('recovered')
     try:
@@ -524,7 +566,7 @@ def run(command: str, manifest: manifest_lib.Manifest,
                       tuple(e.path for e in interrupted.entries), True, sdir)
     if before.overall == noop[command]:
       msg = f'Nothing to do: already {word}. ' + before.message
-      if command == 'revert' and record_lib.load(sdir) is not None:
+      if command == 'revert' and record_lib.load(sdir, env) is not None:
         try:
           _write_record(sdir, None)
         except OSError as e:

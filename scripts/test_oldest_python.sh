@@ -33,6 +33,7 @@ rm -rf build
 "$venv/bin/jax-interpret-patches" --help > /dev/null
 echo "installed the tool into $venv: $("$venv/bin/python" --version)"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/migration/fault_test.py tests/migration/scratch_test.py \
+  tests/migration/fault_test.py tests/migration/state_fault_test.py \
+  tests/migration/scratch_test.py \
   tests/migration/manifest_test.py tests/migration/compat_test.py \
   tests/migration/layout_test.py
