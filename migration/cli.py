@@ -117,6 +117,7 @@ from migration import drift
 from migration import errors
 from migration import fork
 from migration import fsutil
+from migration import interrupt
 from migration import manifest as manifest_lib
 from migration import port
 from migration import report
@@ -261,13 +262,13 @@ def _normalize(argv: list[str]) -> list[str]:
 def parse_flags(argv: list[str]) -> list[str]:
   """Parses flags; exits 0 on --help and 2 on a usage error."""
   if any(a in _HELP_ARGS for a in argv[1:]):
-    sys.stdout.write(_usage())
+    _emit(_usage().rstrip('\n'), sys.stdout)
     sys.exit(int(errors.ExitCode.OK))
   try:
     remaining = flags.FLAGS(_normalize(argv))
   except flags.Error as e:
-    sys.stderr.write(f'Error (usage, exit code 2): {e}\n'
-                     f'Run {prog()} --help for usage.\n')
+    _emit(f'Error (usage, exit code 2): {e}\n'
+          f'Run {prog()} --help for usage.', sys.stderr)
     sys.exit(int(errors.ExitCode.USAGE))
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # -v 0 shows each step.
@@ -586,10 +587,19 @@ def _emit(text: str, stream) -> None:
 
   The command has already done its work, so its exit code stands. As the
   Python documentation recommends for SIGPIPE, the rest of the output goes to
-  os.devnull, so that the interpreter's final flush does not fail either.
+  os.devnull, so that the interpreter's final flush does not fail either. A
+  stream that was closed when Python started (None) gets nothing; text that
+  the stream's encoding cannot take (a path that is not UTF-8) is written
+  with backslash escapes.
   """
+  if stream is None:  # Closed when Python started: print() would use stdout.
+    return
   try:
-    print(text, file=stream, flush=True)
+    try:
+      print(text, file=stream, flush=True)
+    except UnicodeEncodeError:  # E.g. a path that is not UTF-8.
+      print(text.encode('ascii', 'backslashreplace').decode('ascii'),
+            file=stream, flush=True)
   except BrokenPipeError:
     os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
@@ -624,13 +634,18 @@ def main(argv: list[str]) -> int:
       code, out = _export_upstream(patches_dir)
     else:
       code, out = _apply_or_revert(command, patches_dir)
+    interrupt.hold()  # Done: a signal from now on changes nothing.
     _emit(out, sys.stdout)
     return code
   except errors.MigrationError as e:
     error, code = e, e.exit_code
+  except interrupt.Interrupted as e:
+    error, code = e, e.exit_code
   except Exception as e:  # pylint: disable=broad-except
-    traceback.print_exc()
+    if sys.stderr is not None:
+      traceback.print_exc()
     error, code = e, errors.ExitCode.INTERNAL
+  interrupt.hold()
   if _JSON.value:
     _emit(report.to_json(report.error_dict(command, error, code)), sys.stdout)
   else:
@@ -640,4 +655,10 @@ def main(argv: list[str]) -> int:
 
 def run() -> None:
   """Entry point of ``python -m migration``."""
-  app.run(main, flags_parser=parse_flags)
+  interrupt.install()
+  try:
+    app.run(main, flags_parser=parse_flags)
+  except interrupt.Interrupted as e:  # Before main() ran: nothing changed.
+    interrupt.hold()
+    _emit(report.error_text(e, e.exit_code), sys.stderr)
+    sys.exit(int(e.exit_code))

@@ -96,13 +96,17 @@ def fsync_dir(directory: str) -> None:
     os.close(fd)
 
 
-def write_temp(directory: str, data: bytes, mode: int | None = None) -> str:
+def write_temp(directory: str, data: bytes, mode: int | None = None,
+               owner: tuple[int, int] | None = None) -> str:
   """Writes ``data`` to a new temporary file in ``directory``.
 
   Args:
     directory: where the file goes (the directory of its final path).
     data: the content.
     mode: permission bits to set, or None for mkstemp's 0o600.
+    owner: ``(uid, gid)`` to give the file (root patching another user's
+      venv keeps the files that user's), or None to keep this process's;
+      what this process may not give (not root) is left as it is.
 
   Returns:
     The path of the new file, complete and fsynced.
@@ -115,7 +119,10 @@ def write_temp(directory: str, data: bytes, mode: int | None = None) -> str:
     with os.fdopen(fd, 'wb') as f:
       f.write(data)
       f.flush()
-      if mode is not None:
+      if owner is not None and owner != (os.geteuid(), os.getegid()):
+        with contextlib.suppress(PermissionError):
+          os.fchown(f.fileno(), *owner)
+      if mode is not None:  # After fchown, which may clear set-id bits.
         os.fchmod(f.fileno(), mode)
       os.fsync(f.fileno())
   except BaseException:

@@ -1,0 +1,90 @@
+"""SIGINT, SIGTERM and SIGHUP end a run cleanly, never in a commit's middle.
+
+``install`` makes each of the three signals raise ``Interrupted`` (a
+``BaseException``, like ``KeyboardInterrupt``, so ``except Exception`` does
+not swallow it) in the main thread. Everything the tool writes cleans up
+after a ``BaseException``: a temporary file is removed, a scratch directory
+too, a run's lock released. Inside ``deferred()`` (the commit of apply and
+revert, and the settling of an interrupted run, which replace files in
+site-packages) a signal is only noted and raised when the block ends, so
+the step in progress finishes (or, on an error, is rolled back as usual).
+Once the run's outcome is decided, ``hold`` notes further signals without
+raising, so a run that printed success exits 0.
+
+The CLI exits ``128 + the signal's number`` (130 for SIGINT, 143 for
+SIGTERM, 129 for SIGHUP), as a shell reports a process a signal ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from typing import Iterator
+
+from migration import errors
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_depth = 0  # How many deferred() blocks are open (or 1 after hold()).
+_pending: int | None = None  # A signal noted while deferred.
+
+
+class Interrupted(BaseException):
+  """A signal ended the run; see the module doc.
+
+  Attributes:
+    signum: the signal's number.
+    exit_code: ``128 + signum`` (an ``errors.ExitCode``).
+  """
+
+  def __init__(self, signum: int):
+    self.signum = signum
+    self.exit_code = errors.ExitCode(128 + signum)
+    super().__init__(
+        f'Stopped by {signal.Signals(signum).name}; the step in progress was '
+        'finished or undone: jax is pristine or fully patched (python -m '
+        'migration status says which) and no partial file is left.')
+
+
+def _handler(signum: int, frame) -> None:
+  del frame
+  global _pending
+  if _depth:
+    if _pending is None:
+      _pending = signum
+    return
+  raise Interrupted(signum)
+
+
+def install() -> None:
+  """Handles the three signals in this (the main) thread.
+
+  A signal the process was started with ignored (``nohup``) stays ignored.
+  """
+  for signum in SIGNALS:
+    if signal.getsignal(signum) is not signal.SIG_IGN:
+      signal.signal(signum, _handler)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+  """Holds back ``Interrupted`` until the block ends.
+
+  Raises:
+    Interrupted: a signal came while the block ran and it ended normally.
+  """
+  global _depth, _pending
+  _depth += 1
+  try:
+    yield
+  finally:
+    _depth -= 1
+  if not _depth and _pending is not None:
+    signum, _pending = _pending, None
+    raise Interrupted(signum)
+
+
+def hold() -> None:
+  """From now on signals are only noted: the run's outcome is decided."""
+  global _depth
+  _depth += 1
