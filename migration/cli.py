@@ -655,10 +655,6 @@ def main(argv: list[str]) -> int:
 
 def run() -> None:
   """Entry point of ``python -m migration``."""
-  interrupt.install()
-  try:
+  interrupt.install()  # Again, for the console script.
+  with interrupt.exit_on_signal():
     app.run(main, flags_parser=parse_flags)
-  except interrupt.Interrupted as e:  # Before main() ran: nothing changed.
-    interrupt.hold()
-    _emit(report.error_text(e, e.exit_code), sys.stderr)
-    sys.exit(int(e.exit_code))

@@ -25,6 +25,7 @@ import time
 from typing import Iterator
 
 from migration import errors
+from migration import interrupt
 
 # The start of every temporary file name the tool creates.
 TMP_PREFIX = '.jax-interpret-patches-'
@@ -209,18 +210,22 @@ def scratch(kind: str) -> Iterator[str]:
     OSError: the directory or its lock file cannot be made, or the
       directory cannot be removed afterwards.
   """
-  d = tempfile.mkdtemp(prefix=f'{SCRATCH_PREFIX}{kind}-{os.getpid()}-')
-  fd = -1
+  d, fd = None, -1
   try:
-    # The lock file is locked before it gets its name: a sweep never sees
-    # it unlocked while this process lives.
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=d)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # A new file: no wait.
-    os.rename(tmp, os.path.join(d, OWNER_LOCK))
+    # A signal waits until the directory has its lock, or a sweep would
+    # take a lockless leftover for an older version's.
+    with interrupt.deferred():
+      d = tempfile.mkdtemp(prefix=f'{SCRATCH_PREFIX}{kind}-{os.getpid()}-')
+      # The lock file is locked before it gets its name: a sweep never sees
+      # it unlocked while this process lives.
+      fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=d)
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # A new file: no wait.
+      os.rename(tmp, os.path.join(d, OWNER_LOCK))
     yield d
   finally:
     try:
-      shutil.rmtree(d)  # Still locked while it goes.
+      if d is not None:
+        shutil.rmtree(d)  # Still locked while it goes.
     finally:
       if fd >= 0:
         os.close(fd)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 from typing import Iterator
 
 from migration import errors
@@ -85,6 +86,33 @@ def deferred() -> Iterator[None]:
 
 
 def hold() -> None:
-  """From now on signals are only noted: the run's outcome is decided."""
+  """From now on the signals are blocked: the run's outcome is decided.
+
+  Blocked, not handled: Python restores their default action late in its
+  shutdown, where one would end the process after its success message.
+  """
   global _depth
   _depth += 1
+  signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+
+
+@contextlib.contextmanager
+def exit_on_signal() -> Iterator[None]:
+  """Ends the process with the signal's code if ``Interrupted`` escapes.
+
+  For what runs before the CLI's own handling (imports, flag parsing):
+  nothing was changed yet. On the way out (``SystemExit``) the signals are
+  blocked (``hold``).
+  """
+  try:
+    yield
+  except SystemExit:
+    hold()
+    raise
+  except Interrupted as e:
+    hold()
+    if sys.stderr is not None:
+      with contextlib.suppress(OSError):
+        sys.stderr.write(f'Error ({e.exit_code.name.lower()}, exit code '
+                         f'{int(e.exit_code)}): {e}\n')
+    sys.exit(int(e.exit_code))

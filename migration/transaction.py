@@ -160,8 +160,10 @@ def _probe_dir(directory: str, step: str = 'probed') -> str | None:
     path = fsutil.write_temp(directory, b'')
   except OSError as e:
     return e.strerror or str(e)
-  _kill_point(step)
-  fsutil.remove(path)  # A run holding the lock may have swept it.
+  try:
+    _kill_point(step)
+  finally:
+    fsutil.remove(path)  # A run holding the lock may have swept it.
   return None
 
 
