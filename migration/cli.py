@@ -73,7 +73,7 @@ Exit codes:
   1  internal error (a bug in this tool)
   2  usage error (also --version that is not a release number)
   3  jax not installed, or its version is not served by this release (or
-     not a jax release at all)
+     not a jax release at all, e.g. 1.0a1)
   4  target files locally modified, a patch does not apply (conflict; for
      check: some patch conflicts; for carry and port: a hunk does not
      merge), jax_fork/ would be overwritten, or a file changed since an
@@ -82,13 +82,19 @@ Exit codes:
   5  environment problem: git or the wheel package missing, a target file
      that cannot be replaced (immutable, read-only mount), site-packages or
      the state directory read-only or full, the lock path not a file, a
-     wheel that cannot be downloaded or cached, a --python that reports no
-     usable environment; nothing was changed
+     wheel that cannot be downloaded or cached, a truncated wheel in
+     --wheel_dir, wheel -o DIR that cannot take the wheel (a file,
+     read-only, immutable, full, a folder at the wheel's name), a --python
+     that reports no usable environment; nothing was changed
   6  another run holds the lock
   7  patch data problem: a patch file corrupted or edited, the manifest
      missing, malformed, edited by hand or out of date, a path outside
      site-packages/jax, an unusable journal, or (drift) new drift between
      series; nothing was changed
+  129, 130, 143
+     stopped by SIGHUP, SIGINT (Ctrl-C) or SIGTERM (128 + the signal's
+     number) after finishing or undoing the step in progress: jax is
+     pristine or fully patched, no partial file is left
 
 Flags may be written with - or _ (--dry-run, --dry_run); -o DIR is
 --output_dir=DIR.

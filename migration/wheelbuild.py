@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import errno
 import hashlib
 import importlib.util
 import io
@@ -126,10 +125,9 @@ def build(manifest: manifest_lib.Manifest, version: str, out_dir: str,
   pristine = wheels.pristine_wheel(version, wheel_dirs)
   new_version = f'{version}+{label(manifest.release)}'
   expected = series.hashes[version]
-  try:
+  try:  # Fail before the build if out_dir cannot take a file at all.
     os.makedirs(out_dir, exist_ok=True)
-    if not os.access(out_dir, os.W_OK | os.X_OK):
-      raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), out_dir)
+    fsutil.remove(fsutil.write_temp(out_dir, b''))
   except OSError as e:
     raise _output_problem(out_dir, e) from e
   with fsutil.scratch('wheel') as tmp:
