@@ -127,7 +127,7 @@ def write_temp(directory: str, data: bytes, mode: int | None = None,
         os.fchmod(f.fileno(), mode)
       os.fsync(f.fileno())
   except BaseException:
-    os.remove(tmp)
+    remove(tmp)
     raise
   return tmp
 
@@ -171,8 +171,11 @@ def write_atomic(root: str, relpath: str, data: bytes) -> None:
 
 
 def remove(path: str) -> None:
-  """Removes ``path`` (a link itself, never its target) if it exists."""
-  with contextlib.suppress(FileNotFoundError):
+  """Removes ``path`` (a link itself, never its target) if it exists.
+
+  A signal (``interrupt``) waits until it is gone: cleanup is not cut short.
+  """
+  with interrupt.deferred(), contextlib.suppress(FileNotFoundError):
     os.remove(path)
 
 
@@ -223,12 +226,13 @@ def scratch(kind: str) -> Iterator[str]:
       os.rename(tmp, os.path.join(d, OWNER_LOCK))
     yield d
   finally:
-    try:
-      if d is not None:
-        shutil.rmtree(d)  # Still locked while it goes.
-    finally:
-      if fd >= 0:
-        os.close(fd)
+    with interrupt.deferred():  # Not cut short by a signal.
+      try:
+        if d is not None:
+          shutil.rmtree(d)  # Still locked while it goes.
+      finally:
+        if fd >= 0:
+          os.close(fd)
 
 
 def _alive(pid: int) -> bool:
