@@ -662,5 +662,10 @@ def main(argv: list[str]) -> int:
 def run() -> None:
   """Entry point of ``python -m migration``."""
   interrupt.install()  # Again, for the console script.
+  for fd in (0, 1, 2):  # Closed: /dev/null, so no file the tool opens is one.
+    try:
+      os.fstat(fd)
+    except OSError:
+      os.open(os.devnull, os.O_RDWR)  # The lowest free number: fd.
   with interrupt.exit_on_signal():
     app.run(main, flags_parser=parse_flags)
