@@ -32,8 +32,7 @@ def git_executable() -> str:
 # ``-c`` (which also holds for a git older than 2.32, where
 # GIT_CONFIG_GLOBAL is not read).
 _PINNED_CONFIG = ('core.autocrlf=false', 'core.eol=lf', 'core.safecrlf=false',
-                  'apply.whitespace=nowarn',
-                  'apply.ignoreWhitespace=no')
+                  'apply.whitespace=nowarn', 'apply.ignoreWhitespace=no')
 
 
 def git_env(cwd: str) -> dict[str, str]:
@@ -167,7 +166,7 @@ def touched_files(patch: str) -> list[str]:
     EnvironmentProblem: git is missing.
   """
   proc = run(['apply', '-p1', '--numstat', '-z', os.path.abspath(patch)],
-              os.path.dirname(os.path.abspath(patch)))
+             os.path.dirname(os.path.abspath(patch)))
   if proc.returncode != 0:
     raise errors.PatchDataError(
         f'{os.path.basename(patch)} is not a valid patch:\n'

@@ -8,8 +8,12 @@ too, a run's lock released. Inside ``deferred()`` (the commit of apply and
 revert, and the settling of an interrupted run, which replace files in
 site-packages) a signal is only noted and raised when the block ends, so
 the step in progress finishes (or, on an error, is rolled back as usual).
-Once the run's outcome is decided, ``hold`` notes further signals without
-raising, so a run that printed success exits 0.
+Removing a temporary file or a scratch directory (``fsutil``) defers a
+signal too, so cleanup is not cut short. Once the run's outcome is decided,
+``hold`` blocks the signals, so a run that printed success exits 0.
+
+A signal that comes before ``python -m migration`` runs its first line
+gets Python's default action (SIGINT: ``KeyboardInterrupt``).
 
 The CLI exits ``128 + the signal's number`` (130 for SIGINT, 143 for
 SIGTERM, 129 for SIGHUP), as a shell reports a process a signal ended.
@@ -26,7 +30,7 @@ from migration import errors
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-_depth = 0  # How many deferred() blocks are open (or 1 after hold()).
+_depth = 0  # How many deferred() blocks are open (+1 after hold()).
 _pending: int | None = None  # A signal noted while deferred.
 
 

@@ -27,6 +27,7 @@ from absl import logging
 from migration import errors
 from migration import fsutil
 from migration import gitapply
+from migration import interrupt
 from migration import manifest as manifest_lib
 from migration import wheels
 
@@ -127,7 +128,8 @@ def build(manifest: manifest_lib.Manifest, version: str, out_dir: str,
   expected = series.hashes[version]
   try:  # Fail before the build if out_dir cannot take a file at all.
     os.makedirs(out_dir, exist_ok=True)
-    fsutil.remove(fsutil.write_temp(out_dir, b''))
+    with interrupt.deferred():
+      fsutil.remove(fsutil.write_temp(out_dir, b''))
   except OSError as e:
     raise _output_problem(out_dir, e) from e
   with fsutil.scratch('wheel') as tmp:
@@ -168,7 +170,7 @@ def _write_out(built: str, out_dir: str) -> str:
   Its content goes to a new temporary file in ``out_dir`` (created
   exclusively under a fresh name, so a link planted at any name there is
   never followed), which is then renamed over ``out_dir/<its name>``. A
-  failure leaves nothing behind.
+  failure leaves nothing behind; a signal waits until the wheel is there.
 
   Returns:
     The path of the wheel in ``out_dir``.
@@ -181,13 +183,13 @@ def _write_out(built: str, out_dir: str) -> str:
   mask = os.umask(0o022)  # Read it back: the wheel gets 0o666 & ~umask.
   os.umask(mask)
   try:
-    with open(built, 'rb') as f:
+    with interrupt.deferred(), open(built, 'rb') as f:  # A signal waits.
       tmp = fsutil.write_temp(out_dir, f.read(), 0o666 & ~mask)
-    try:
-      os.replace(tmp, dest)
-    except BaseException:
-      fsutil.remove(tmp)
-      raise
+      try:
+        os.replace(tmp, dest)
+      except BaseException:
+        fsutil.remove(tmp)
+        raise
   except OSError as e:
     raise _output_problem(out_dir, e) from e
   return dest
