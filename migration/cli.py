@@ -109,6 +109,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import traceback
 
 from absl import app
@@ -668,4 +669,8 @@ def run() -> None:
     except OSError:
       os.open(os.devnull, os.O_RDWR)  # The lowest free number: fd.
   with interrupt.exit_on_signal():
+    # tempfile's first call writes and removes a probe file in $TMPDIR: not
+    # cut short by a signal.
+    with interrupt.deferred():
+      tempfile.gettempdir()
     app.run(main, flags_parser=parse_flags)
