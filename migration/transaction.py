@@ -28,6 +28,10 @@ Recovery rules:
   rolled forward when every new content is at hand, else rolled back; a
   replace that fails turns it around (``journal.settle``). If the next run
   is the same command and it rolled forward, there is nothing more to do.
+* SIGINT, SIGTERM or SIGHUP (``interrupt.py``) during the commit, or
+  while settling an interrupted run, waits for it to end; elsewhere it
+  stops the run at once, removing its temporary files. The run then exits
+  128 + the signal's number with jax at one end.
 * Scratch directories in ``$TMPDIR`` hold a lock of the process that made
   them and are removed by a later run once that process is gone, in any
   PID namespace (``fsutil.sweep_scratch``).
@@ -53,6 +57,7 @@ from migration import environment
 from migration import errors
 from migration import fsutil
 from migration import gitapply
+from migration import interrupt
 from migration import journal as journal_lib
 from migration import manifest as manifest_lib
 from migration import plan as plan_lib
@@ -65,6 +70,8 @@ STATE_DIR_ENV = record_lib.STATE_DIR_ENV
 CRASH_ENV = 'JAX_INTERPRET_PATCHES_TEST_CRASH_AFTER'
 # Testing only: SIGKILL the run itself when it reaches this step.
 KILL_ENV = 'JAX_INTERPRET_PATCHES_TEST_KILL_AT'
+# Testing only: STEP:N sends the run signal N when it reaches STEP.
+SIGNAL_ENV = 'JAX_INTERPRET_PATCHES_TEST_SIGNAL_AT'
 JOURNAL = journal_lib.JOURNAL
 
 state_dir = record_lib.state_dir
@@ -114,9 +121,12 @@ class Result:
 
 
 def _kill_point(step: str) -> None:
-  """Testing only: SIGKILLs this process at ``step`` if asked to."""
+  """Testing only: signals (or ends) this process at ``step`` if asked to."""
   if os.environ.get(KILL_ENV) == step:
     os.kill(os.getpid(), signal.SIGKILL)
+  at, _, signum = os.environ.get(SIGNAL_ENV, '').rpartition(':')
+  if at == step:
+    os.kill(os.getpid(), int(signum))
   crash_after = os.environ.get(CRASH_ENV)
   if crash_after is not None and step == f'replaced-{crash_after}':
     os._exit(86)  # pylint: disable=protected-access
@@ -150,8 +160,10 @@ def _probe_dir(directory: str, step: str = 'probed') -> str | None:
     path = fsutil.write_temp(directory, b'')
   except OSError as e:
     return e.strerror or str(e)
-  _kill_point(step)
-  fsutil.remove(path)  # A run holding the lock may have swept it.
+  try:
+    _kill_point(step)
+  finally:
+    fsutil.remove(path)  # A run holding the lock may have swept it.
   return None
 
 
@@ -248,16 +260,18 @@ def recover(env: environment.Environment,
   if journal is None:
     return None
   logging.warning('Settling an interrupted %s.', journal.command)
-  forward = journal_lib.settle(env, journal, _kill_point)
-  try:
-    clear_pycache(env, [e.path for e in journal.entries])
-    if forward:
-      _write_record(sdir, journal.record)
-    journal_lib.remove_temps(env, journal)
-    os.remove(journal_lib.path(sdir))
-  except OSError as e:
-    raise errors.EnvironmentProblem(
-        f'Cannot finish settling the interrupted {journal.command}: {e}') from e
+  with interrupt.deferred():  # A signal waits for the settling to end.
+    forward = journal_lib.settle(env, journal, _kill_point)
+    try:
+      clear_pycache(env, [e.path for e in journal.entries])
+      if forward:
+        _write_record(sdir, journal.record)
+      journal_lib.remove_temps(env, journal)
+      os.remove(journal_lib.path(sdir))
+    except OSError as e:
+      raise errors.EnvironmentProblem(
+          f'Cannot finish settling the interrupted {journal.command}: '
+          f'{e}') from e
   return dataclasses.replace(journal,
                              phase='commit' if forward else 'rollback')
 
@@ -294,14 +308,17 @@ def _write_temps(plan: plan_lib.Plan) -> journal_lib.Journal:
       target = plan.env.path(path)
       directory = os.path.dirname(target)
       old, new = plan.old[path], plan.new[path]
-      mode = stat.S_IMODE(os.stat(target).st_mode) if old is not None else (
-          0o644)
+      # A new file gets its directory's owner, a replaced one keeps its
+      # owner, group and mode.
+      st = os.stat(target if old is not None else directory)
+      mode = stat.S_IMODE(st.st_mode) if old is not None else 0o644
       names = []
       for data in (old, new):
         if data is None:
           names.append(None)
         else:
-          made.append(fsutil.write_temp(directory, data, mode))
+          made.append(fsutil.write_temp(directory, data, mode,
+                                        (st.st_uid, st.st_gid)))
           names.append(os.path.basename(made[-1]))
       entries.append(journal_lib.Entry(
           path, manifest_lib.sha256_bytes(old), manifest_lib.sha256_bytes(new),
@@ -345,26 +362,27 @@ def _commit(plan: plan_lib.Plan) -> None:
   Raises:
     EnvironmentProblem: a write failed; nothing was changed.
   """
-  try:
-    journal = _write_temps(plan)
-  except OSError as e:
-    raise errors.EnvironmentProblem(
-        f'Cannot {plan.command}: {e}. Nothing was changed.') from e
-  _kill_point('journal-commit')
-  if os.environ.get(CRASH_ENV) == '0':
-    os._exit(86)  # pylint: disable=protected-access
-  try:
-    journal_lib.move(plan.env, journal, True, _kill_point)
-    _kill_point('replaced-all')
-    clear_pycache(plan.env, plan.files)
-    _kill_point('pycache-cleared')
-    _write_record(plan.sdir, plan.record)
-  except OSError as e:
-    raise _roll_back(plan, journal, e) from e
-  _kill_point('record-written')
-  with contextlib.suppress(OSError):
-    journal_lib.remove_temps(plan.env, journal)
-    os.remove(journal_lib.path(plan.sdir))
+  with interrupt.deferred():  # A signal waits for the commit to end.
+    try:
+      journal = _write_temps(plan)
+    except OSError as e:
+      raise errors.EnvironmentProblem(
+          f'Cannot {plan.command}: {e}. Nothing was changed.') from e
+    _kill_point('journal-commit')
+    if os.environ.get(CRASH_ENV) == '0':
+      os._exit(86)  # pylint: disable=protected-access
+    try:
+      journal_lib.move(plan.env, journal, True, _kill_point)
+      _kill_point('replaced-all')
+      clear_pycache(plan.env, plan.files)
+      _kill_point('pycache-cleared')
+      _write_record(plan.sdir, plan.record)
+    except OSError as e:
+      raise _roll_back(plan, journal, e) from e
+    _kill_point('record-written')
+    with contextlib.suppress(OSError):
+      journal_lib.remove_temps(plan.env, journal)
+      os.remove(journal_lib.path(plan.sdir))
 
 
 def _dry_run(plan: plan_lib.Plan, journal_pending: bool) -> Result:
