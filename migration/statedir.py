@@ -20,13 +20,13 @@ dry runs read them where they are (``legacy_claims``).
 
 Safety: the root and the install folder are created 0700, files 0600,
 whatever the umask; when root runs for another user's install, they are
-given to the owner of site-packages/jax afterwards (``give_to_owner``). A root or install folder that is a link, or that
-another user owns (other than root and the owner of site-packages/jax) or
-can write, is refused with exit code 5 before anything is written. State
-files are opened with ``O_NOFOLLOW | O_NONBLOCK`` and must be regular files
-of such an owner and mode, and of bounded size (``read``): a link, FIFO or
-device is refused (exit 5) without blocking; a file too large is unusable
-(exit 7).
+given to the owner of site-packages/jax afterwards (``give_to_owner``). A
+root or install folder that is a link, or that another user owns (other
+than root and the owner of site-packages/jax) or can write, is refused
+with exit code 5 before anything is written. State files are opened with
+``O_NOFOLLOW | O_NONBLOCK`` and must be regular files of such an owner and
+mode, and of bounded size (``read``): a link, FIFO or device is refused
+(exit 5) without blocking; a file too large is unusable (exit 7).
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """All-or-nothing apply and revert of a series in site-packages.
 
 A run classifies the target files once (again under the lock only if another
-run changed them meanwhile), then (unless ``--dry_run``) takes
-the lock in the state directory, settles an interrupted run (below),
+run changed them meanwhile), checks the state directory (``statedir``: the
+install's own folder, private; its journal and record well-formed), then
+(unless ``--dry_run``) takes the lock in it, adopts an older release's
+state of this install, settles an interrupted run (below),
 removes what killed runs left behind, probes that every target file and its
 directories can be replaced (``chattr +i``, a read-only mount: exit 5), and
 computes one ``plan.Plan``: every new content staged with git apply and
