@@ -175,17 +175,21 @@ class CoverageTest(absltest.TestCase):
         'status': 'passed', 'cause': '', 'seconds': report['tests'][0][
             'seconds']}])
 
-  def test_usage_errors(self):
+  def test_usage_and_environment_errors(self):
     for args, message in (
         ([], 'coverage needs --jax_repo PATH.'),
         ([f'--jax_repo={self.repo}', '--files=tpu_none_test.py'],
          'No tests/pallas/tpu_none_test.py in the jax checkout'),
-        ([f'--jax_repo={self.repo}', '--tpu=v9'], 'value should be one of')):
+        ([f'--jax_repo={self.repo}', '--tpu=v9'], 'value should be one of'),
+        ([f'--jax_repo={self.repo}', '--files=tpu_other_test.py',
+          '--test_python=/nonexistent/python'],
+         'No Python /nonexistent/python to run the tests.')):
       proc = subprocess.run(
           [sys.executable, '-m', 'jax_fork', 'coverage', *args], cwd=_ROOT,
           env=dict(os.environ, PYTHONPATH=_ROOT), capture_output=True,
           text=True, check=False)
-      self.assertEqual(proc.returncode, 2, proc.stderr)
+      code = 5 if 'test_python' in ' '.join(args) else 2
+      self.assertEqual(proc.returncode, code, proc.stderr)
       self.assertIn(message, proc.stderr)
 
 
