@@ -317,10 +317,17 @@ def to_json(outcomes: list[Outcome], **info) -> dict:
 
 
 def jax_commit(jax_repo: str) -> str | None:
-  """The checkout's HEAD commit, or None if it is not a git repository."""
-  proc = subprocess.run(['git', '-C', jax_repo, 'rev-parse', 'HEAD'],
+  """The checkout's HEAD commit, ``+modified`` appended if tracked files
+  differ from it (a stack applied with ``git apply``), or None if it is not
+  a git repository."""
+  head = subprocess.run(['git', '-C', jax_repo, 'rev-parse', 'HEAD'],
                         capture_output=True, text=True, check=False)
-  return proc.stdout.strip() if proc.returncode == 0 else None
+  if head.returncode:
+    return None
+  status = subprocess.run(
+      ['git', '-C', jax_repo, 'status', '--porcelain', '--untracked-files=no'],
+      capture_output=True, text=True, check=False)
+  return head.stdout.strip() + ('+modified' if status.stdout.strip() else '')
 
 
 def default_python() -> str:

@@ -144,7 +144,7 @@ def pytest_runtest_logstart(nodeid, location):
   _write({'start': nodeid})
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
   del item  # Unused.
   from jax.experimental.pallas import tpu as pltpu  # pylint: disable=g-import-not-at-top
@@ -152,15 +152,15 @@ def pytest_runtest_call(item):
   signal.setitimer(signal.ITIMER_REAL, _TIMEOUT)
   try:
     with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
-      return (yield)
+      yield
   finally:
     signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGALRM, previous)
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-  report = yield
+  report = (yield).get_result()
   record = {'nodeid': item.nodeid, 'when': call.when,
             'outcome': report.outcome, 'duration': call.duration}
   if report.skipped:
@@ -183,4 +183,3 @@ def pytest_runtest_makereport(item, call):
       record['source'] = ''
   if call.when == 'call' or not report.passed:
     _write(record)
-  return report

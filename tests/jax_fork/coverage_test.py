@@ -175,6 +175,21 @@ class CoverageTest(absltest.TestCase):
         'status': 'passed', 'cause': '', 'seconds': report['tests'][0][
             'seconds']}])
 
+  def test_jax_commit_says_modified(self):
+    repo = tempfile.mkdtemp(prefix='coverage-git-')
+    path = os.path.join(repo, 'f.py')
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write('x = 1\n')
+    git = ['git', '-C', repo, '-c', 'user.name=t', '-c', 'user.email=t@t']
+    for args in (['init', '-q'], ['add', 'f.py'], ['commit', '-qm', 'f']):
+      subprocess.run(git + args, check=True)
+    head = subprocess.run(git + ['rev-parse', 'HEAD'], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    self.assertEqual(coverage.jax_commit(repo), head)
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write('x = 2\n')
+    self.assertEqual(coverage.jax_commit(repo), head + '+modified')
+
   def test_usage_and_environment_errors(self):
     for args, message in (
         ([], 'coverage needs --jax_repo PATH.'),
