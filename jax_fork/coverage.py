@@ -4,17 +4,17 @@ Runs upstream's TPU test files (``DEFAULT_FILES``) from a jax checkout on
 CPU, as if on a chosen TPU, with every ``pallas_call`` interpreted: one
 pytest process per file, with ``coverage_plugin`` (see there for how the
 tests are made to see a TPU; upstream's files are never edited) and a
-timeout per test. The plugin records each test's
-outcome and, for a failure, the exception and the test file's statements
-in its traceback; this module classifies every test as
+timeout per test. The plugin records each test's outcome and, for a
+failure, the exception, the test file's statements in its traceback and
+the test's source; this module classifies every test as
 
 - ``passed``, ``skipped``;
 - ``hardware-only``: the failure is a check of Mosaic's lowering or
   compilation (``HARDWARE_ONLY`` says which failures those are), not a
   gap of the interpreter;
-- ``timed out``: the plugin's alarm stopped it, or it hung where a signal cannot
-  reach it (inside XLA) and the process was killed ``GRACE_S`` seconds
-  later; the file's remaining tests then run in a new process;
+- ``timed out``: the plugin's alarm stopped it, or it hung where a signal
+  cannot reach it (inside XLA) and the process was killed ``GRACE_S``
+  seconds later; the file's remaining tests then run in a new process;
 - ``failed``, by cause: the exception's type and its message's first line,
   normalised (numbers and addresses replaced), so that tests that fail for
   one reason count together.
@@ -112,9 +112,7 @@ def classify(records: list[dict]) -> tuple[str, str]:
     return ('skipped', skipped[0].get('message', '')) if skipped else (
         'passed', '')
   first = failures[0]
-  if first.get('error') == 'timeout':
-    return 'timed out', first['message']
-  if first.get('error') == 'killed':
+  if first.get('error') in ('timeout', 'killed'):
     return 'timed out', first['message']
   text = '\n'.join(first.get('statements', []) + [first['message']])
   for reason, types, source, failure in HARDWARE_ONLY:
@@ -129,6 +127,8 @@ def _read(log: str) -> tuple[list[str], dict[str, list[dict]]]:
   if os.path.exists(log):
     with open(log, encoding='utf-8') as f:
       for line in f:
+        if not line.endswith('\n'):  # Being written.
+          break
         record = json.loads(line)
         if 'start' in record:
           started.append(record['start'])

@@ -36,6 +36,7 @@ import inspect
 import json
 import os
 import signal
+import types
 
 import pytest
 
@@ -69,7 +70,7 @@ class _Device:
 
 
 class _Bridge:
-  """``xla_bridge`` as test_util sees it: its devices are the TPU's."""
+  """``xla_bridge`` as test_util's device-kind queries see it."""
 
   def __init__(self, bridge, kind: str, cores: int):
     self._bridge, self._kind, self._cores = bridge, kind, cores
@@ -89,7 +90,14 @@ def _see_tpu(kind: str, cores: int) -> None:
   from jax._src import tpu_info  # pylint: disable=g-import-not-at-top
 
   jax.config.update('jax_test_dut', 'tpu')
-  jtu.xla_bridge = _Bridge(jtu.xla_bridge, kind, cores)
+  # Upstream's own code, reading the device kind from a bridge whose devices
+  # are the TPU's (the rest of test_util, e.g. create_mesh, keeps the real
+  # devices).
+  namespace = dict(vars(jtu), xla_bridge=_Bridge(jtu.xla_bridge, kind, cores))
+  for name in ('get_tpu_version', 'is_device_tpu', 'device_kind_match'):
+    f = getattr(jtu, name)
+    setattr(jtu, name, types.FunctionType(f.__code__, namespace, name,
+                                          f.__defaults__, f.__closure__))
   device_type = type(jax.devices()[0])
   if not hasattr(device_type, 'num_cores'):
     device_type.num_cores = property(lambda self: cores)
@@ -107,7 +115,7 @@ def _see_tpu(kind: str, cores: int) -> None:
   tpu_info.get_device_kind = get_device_kind
   tpu_info.get_num_device_cores = get_num_device_cores
   try:
-    from jax.experimental.pallas.ops.tpu.megablox import common  # pylint: disable=g-import-not-at-top
+    from jax.experimental.pallas.ops.tpu.megablox import common  # pylint: disable=g-import-not-at-top,line-too-long
   except ImportError:
     return
   common.tpu_kind = lambda: kind
@@ -135,8 +143,8 @@ def pytest_collection_modifyitems(config, items):
 def pytest_collectreport(report):
   if report.failed:
     _write({'nodeid': report.nodeid, 'when': 'collect', 'outcome': 'failed',
-            'error': 'collection error', 'message': str(report.longrepr)[-2000:],
-            'statements': []})
+            'error': 'collection error',
+            'message': str(report.longrepr)[-2000:], 'statements': []})
 
 
 def pytest_runtest_logstart(nodeid, location):
