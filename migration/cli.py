@@ -41,26 +41,36 @@ Exit codes:
   2  usage error (also --version that is not a release number, and a
      maintainers' command, which python -m jax_fork runs)
   3  jax not installed, or its version is not served by this release (or
-     not a jax release at all)
+     not a jax release at all, e.g. 1.0a1)
   4  target files locally modified, a patch does not apply (conflict; for
      check: some patch conflicts), or a file changed since an interrupted
      run; nothing was changed
   5  environment problem: git or the wheel package missing, a target file
      that cannot be replaced (immutable, read-only mount), site-packages or
-     the state directory read-only or full, the lock path not a file, a
-     wheel that cannot be downloaded or cached, a --python that reports no
-     usable environment; nothing was changed
+     the state directory read-only or full, $TMPDIR too small, the lock
+     path not a file, a state folder or file that is a link, FIFO or
+     device, or another user's or writable by one, a wheel that cannot be
+     downloaded or cached, a truncated wheel in --wheel_dir, wheel -o DIR
+     that cannot take the wheel (a file, read-only, immutable, full, a
+     folder at the wheel's name), a --python that reports no usable
+     environment; nothing was changed
   6  another run holds the lock
   7  patch data problem: a patch file corrupted or edited, the manifest
      missing, malformed, edited by hand or out of date, a path outside
-     site-packages/jax, or an unusable journal; nothing was changed
+     site-packages/jax, or an unusable journal or record; nothing was
+     changed
+  129, 130, 143
+     stopped by SIGHUP, SIGINT (Ctrl-C) or SIGTERM (128 + the signal's
+     number) after finishing or undoing the step in progress: jax is
+     pristine or fully patched, no partial file is left
 
 Flags may be written with - or _ (--dry-run, --dry_run); -o DIR is
 --output_dir=DIR.
 
 Environment variables: JAX_INTERPRET_PATCHES_DIR (same as --patches_dir),
-JAX_INTERPRET_PATCHES_STATE_DIR (lock, journal, pristine backup and record;
-default <site-packages>/../.jax-interpret-patches),
+JAX_INTERPRET_PATCHES_STATE_DIR (the state root: one folder per install
+with its lock, journal, pristine backup and record; default
+<site-packages>/../.jax-interpret-patches),
 JAX_INTERPRET_PATCHES_CACHE (wheel cache root).
 """
 
@@ -68,6 +78,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import traceback
 from typing import Callable
 
@@ -78,9 +89,8 @@ from absl import logging
 from migration import environment
 from migration import errors
 from migration import fsutil
-from migration import journal as journal_lib
+from migration import interrupt
 from migration import manifest as manifest_lib
-from migration import record as record_lib
 from migration import report
 from migration import state
 
@@ -202,13 +212,13 @@ def parse_flags(argv: list[str],
     The arguments that are not flags, ``argv[0]`` first.
   """
   if any(a in _HELP_ARGS for a in argv[1:]):
-    sys.stdout.write((usage or _usage)())
+    _emit((usage or _usage)().rstrip('\n'), sys.stdout)
     sys.exit(int(errors.ExitCode.OK))
   try:
     remaining = flags.FLAGS(_normalize(argv))
   except flags.Error as e:
-    sys.stderr.write(f'Error (usage, exit code 2): {e}\n'
-                     f'Run {prog()} --help for usage.\n')
+    _emit(f'Error (usage, exit code 2): {e}\n'
+          f'Run {prog()} --help for usage.', sys.stderr)
     sys.exit(int(errors.ExitCode.USAGE))
   if not flags.FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # -v 0 shows each step.
@@ -235,17 +245,19 @@ def _status(patches_dir: str) -> tuple[int, str]:
   manifest = manifest_lib.load(patches_dir)
   env = environment.detect(_PYTHON.value)
   status = state.classify(env, manifest)
-  interrupted = bool(env.site_packages) and os.path.exists(
-      journal_lib.path(record_lib.state_dir(env)))
+  from migration import transaction  # pylint: disable=g-import-not-at-top
+  interrupted, problem = transaction.inspect_state(status)
   if _JSON.value:
     data = report.status_dict(status)
     data.update(command='status', ok=True, exit_code=0,
-                interrupted=interrupted)
+                interrupted=interrupted, state_problem=problem)
     return 0, report.to_json(data)
   text = report.status_text(status)
   if interrupted:
     text += ('\n\nAn interrupted run was found; the next apply or revert '
              'completes or undoes it first.')
+  if problem:
+    text += f'\n\nState directory problem: {problem}'
   return 0, text
 
 
@@ -342,10 +354,19 @@ def _emit(text: str, stream) -> None:
 
   The command has already done its work, so its exit code stands. As the
   Python documentation recommends for SIGPIPE, the rest of the output goes to
-  os.devnull, so that the interpreter's final flush does not fail either.
+  os.devnull, so that the interpreter's final flush does not fail either. A
+  stream that was closed when Python started (None) gets nothing; text that
+  the stream's encoding cannot take (a path that is not UTF-8) is written
+  with backslash escapes.
   """
+  if stream is None:  # Closed when Python started: print() would use stdout.
+    return
   try:
-    print(text, file=stream, flush=True)
+    try:
+      print(text, file=stream, flush=True)
+    except UnicodeEncodeError:  # E.g. a path that is not UTF-8.
+      print(text.encode('ascii', 'backslashreplace').decode('ascii'),
+            file=stream, flush=True)
   except BrokenPipeError:
     os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
@@ -367,13 +388,18 @@ def execute(command: str, run_command: Callable[[], tuple[int, str]]
   """
   try:
     code, out = run_command()
+    interrupt.hold()  # Done: a signal from now on changes nothing.
     _emit(out, sys.stdout)
     return code
   except errors.MigrationError as e:
     error, code = e, e.exit_code
+  except interrupt.Interrupted as e:
+    error, code = e, e.exit_code
   except Exception as e:  # pylint: disable=broad-except
-    traceback.print_exc()
+    if sys.stderr is not None:
+      traceback.print_exc()
     error, code = e, errors.ExitCode.INTERNAL
+  interrupt.hold()
   if _JSON.value:
     _emit(report.to_json(report.error_dict(command, error, code)), sys.stdout)
   else:
@@ -416,6 +442,12 @@ def moved_message(command: str) -> str:
 
 def run() -> None:
   """Entry point of ``python -m migration``."""
+  interrupt.install()  # Again, for the console script.
+  for fd in (0, 1, 2):  # Closed: /dev/null, so no file the tool opens is one.
+    try:
+      os.fstat(fd)
+    except OSError:
+      os.open(os.devnull, os.O_RDWR)  # The lowest free number: fd.
   # Before the flags are parsed: the maintainers' flags (--onto, ...) are
   # python -m jax_fork's.
   command = next((a for a in sys.argv[1:] if a in MOVED), None)
@@ -423,4 +455,9 @@ def run() -> None:
     sys.stderr.write(
         f'Error (usage, exit code 2): {moved_message(command)}\n')
     sys.exit(int(errors.ExitCode.USAGE))
-  app.run(main, flags_parser=parse_flags)
+  with interrupt.exit_on_signal():
+    # tempfile's first call writes and removes a probe file in $TMPDIR: not
+    # cut short by a signal.
+    with interrupt.deferred():
+      tempfile.gettempdir()
+    app.run(main, flags_parser=parse_flags)

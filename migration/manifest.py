@@ -104,8 +104,10 @@ class Manifest:
     else the served release whose line is closest (the newer one on a tie).
     """
     def line(v: str) -> int:
-      major, minor = (version_key(v) + (0, 0))[:2]
-      return int(major) * 1000 + int(minor)
+      # The leading digits of each part: 0 of 1.0a1 (a pre-release).
+      major, minor = (int(re.match(r'\d*', str(x)).group() or 0)
+                      for x in (version_key(v) + (0, 0))[:2])
+      return major * 1000 + minor
 
     served = self.served_versions()
     return min(reversed(served),
