@@ -43,6 +43,14 @@ Commands:
             --test_python, upstream's interpret tests run before and after
             each commit and the descriptions give the results. Nothing is
             submitted.
+  coverage  Run upstream's hardware TPU Pallas test files of the jax
+            checkout --jax_repo (stock, or with the exported stack applied)
+            on CPU as if on a TPU (--tpu, default v6e), every pallas_call in
+            TPU interpret mode, with --test_python (pytest and the
+            checkout's jaxlib); prints per file: total, passed, skipped,
+            hardware-only (checks Mosaic lowering or compilation), failed,
+            timed out, pass rate; then the failures grouped by cause.
+            --files, -k, --timeout (s per test), --devices; --json.
 
 Exit codes:
   0  success, or nothing to do
@@ -53,7 +61,8 @@ Exit codes:
      merge), or jax_fork/jax would be overwritten; nothing was changed
      (carry keeps the fix on the branches before the conflicting one)
   5  environment problem: git or the wheel package missing, a wheel that
-     cannot be downloaded or cached; nothing was changed
+     cannot be downloaded or cached, (coverage) pytest cannot run a test
+     file with --test_python; nothing was changed
   7  patch data problem: a patch file corrupted or edited, the manifest
      missing, malformed, edited by hand or out of date, or (drift) new
      drift between series; nothing was changed
@@ -74,6 +83,7 @@ from absl import app
 from absl import flags
 
 from jax_fork import carry
+from jax_fork import coverage
 from jax_fork import drift
 from jax_fork import fork
 from jax_fork import manifest_gen
@@ -85,7 +95,7 @@ from migration import manifest as manifest_lib
 from migration import report
 
 COMMANDS = ('fork', 'refresh', 'carry', 'port', 'drift', 'manifest',
-            'export-upstream')
+            'export-upstream', 'coverage')
 # The repository's patches, beside this package: the default, so that an
 # installed copy of migration (its package data) is never what is edited.
 _REPO_PATCHES = os.path.join(
@@ -125,7 +135,8 @@ _RELEASE = flags.DEFINE_integer(
     'manifest: the project release number N (wheel label +interpret.N); '
     'default: keep the existing one, 1 for a new manifest.')
 _JAX_REPO = flags.DEFINE_string(
-    'jax_repo', None, 'export-upstream: the upstream jax git checkout.')
+    'jax_repo', None,
+    'export-upstream, coverage: the upstream jax git checkout.')
 _SERIES = flags.DEFINE_string(
     'series', None,
     'export-upstream: the series to export (default: the one that applies '
@@ -135,7 +146,23 @@ _TEST_PYTHON = flags.DEFINE_string(
     'export-upstream: a Python with jaxlib and pytest for the checkout; '
     'upstream\'s interpret tests (and ruff and pyrefly, if installed beside '
     'it) run before the stack and after each commit (minutes each), and the '
-    'pull request descriptions give the commands and results.')
+    'pull request descriptions give the commands and results; coverage: '
+    'the Python that runs the tests (default: this one), with pytest and '
+    'the jaxlib the checkout needs.')
+_TPU = flags.DEFINE_enum(
+    'tpu', 'v6e', list(coverage.TPUS),
+    'coverage: the TPU the tests see (device kind and cores per device).')
+_FILES = flags.DEFINE_list(
+    'files', None,
+    'coverage: test files relative to the checkout (default: upstream\'s '
+    'hardware TPU Pallas tests, jax_fork/coverage.py\'s DEFAULT_FILES).')
+_KEYWORD = flags.DEFINE_string(
+    'keyword', None, "coverage: pytest's -k expression.", short_name='k')
+_TIMEOUT = flags.DEFINE_float(
+    'timeout', 60, 'coverage: seconds each test may take.', lower_bound=1)
+_DEVICES = flags.DEFINE_integer(
+    'devices', 4, 'coverage: the number of (CPU) devices the tests see.',
+    lower_bound=1)
 _FORK_DIR = flags.DEFINE_string(
     'fork_dir', None,
     'fork/refresh: the fork folder (default: jax_fork/ beside patches/).')
@@ -333,6 +360,27 @@ def _export_upstream(patches_dir: str) -> tuple[int, str]:
              + '\n'.join(f'  {p}' for p in written))
 
 
+def _coverage() -> tuple[int, str]:
+  if not _JAX_REPO.value:
+    raise errors.UsageError('coverage needs --jax_repo PATH.')
+  jax_repo = os.path.abspath(_JAX_REPO.value)
+  if not os.path.isdir(jax_repo):
+    raise errors.UsageError(f'No directory {jax_repo}.')
+  python = _TEST_PYTHON.value or coverage.default_python()
+  files = tuple(_FILES.value or coverage.DEFAULT_FILES)
+  outcomes = coverage.run(jax_repo, python, _TPU.value, files,
+                          _KEYWORD.value, _TIMEOUT.value, _DEVICES.value)
+  info = {'jax_repo': jax_repo, 'jax_commit': coverage.jax_commit(jax_repo),
+          'tpu': _TPU.value, 'keyword': _KEYWORD.value,
+          'timeout': _TIMEOUT.value, 'devices': _DEVICES.value}
+  if _JSON.value:
+    return migration_cli.done_json(
+        'coverage', **coverage.to_json(outcomes, **info))
+  return 0, (f'Upstream\'s TPU tests at {info["jax_commit"] or jax_repo}, '
+             f'as if on a TPU {_TPU.value}, in TPU interpret mode:\n'
+             + coverage.table_text(outcomes))
+
+
 def _manifest(patches_dir: str) -> tuple[int, str]:
   data = manifest_gen.generate(patches_dir, _parse_serve(_SERVE.value),
                                _RELEASE.value, tuple(_WHEEL_DIR.value))
@@ -358,6 +406,8 @@ def _run(args: list[str]) -> tuple[int, str]:
     raise errors.UsageError(
         f'Expected one command out of {", ".join(COMMANDS)}; got '
         f'{" ".join(args) or "none"}. Run python -m jax_fork --help.')
+  if command == 'coverage':
+    return _coverage()
   patches_dir = manifest_lib.locate_patches_dir(
       _PATCHES_DIR.value or os.environ.get(manifest_lib.PATCHES_DIR_ENV)
       or _REPO_PATCHES)

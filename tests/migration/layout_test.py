@@ -20,8 +20,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
 
 # Written out here, not read from the CLIs: the issue that split them.
 USER_COMMANDS = ['status', 'check', 'apply', 'revert', 'wheel']
-MAINTAINER_COMMANDS = ['fork', 'refresh', 'carry', 'drift', 'port',
-                       'manifest', 'export-upstream']
+# The maintainers' commands that python -m migration had before interpret.2,
+# and python -m jax_fork's (those and the new ones).
+MOVED_COMMANDS = ['fork', 'refresh', 'carry', 'drift', 'port', 'manifest',
+                  'export-upstream']
+MAINTAINER_COMMANDS = MOVED_COMMANDS + ['coverage']
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -89,7 +92,7 @@ class LayoutTest(absltest.TestCase):
     self.assertNotIn('--dry_run', proc.stdout)
 
   def test_old_maintainer_spellings_exit_2_naming_the_new_command(self):
-    for command in MAINTAINER_COMMANDS:
+    for command in MOVED_COMMANDS:
       # With a flag only python -m jax_fork defines, and with --json.
       for extra in (['--onto=jax-0.7.2', '--update'], ['--json']):
         proc = _run('-m', 'migration', command, *extra)
