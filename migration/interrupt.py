@@ -31,6 +31,7 @@ from migration import errors
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _depth = 0  # How many deferred() blocks are open (+1 after hold()).
+_installed = False  # Whether install() ran: the process is the tool's.
 _pending: int | None = None  # A signal noted while deferred.
 
 
@@ -64,11 +65,16 @@ def _handler(signum: int, frame) -> None:
 def install() -> None:
   """Handles the three signals in this (the main) thread.
 
-  A signal the process was started with ignored (``nohup``) stays ignored.
+  A signal the process was started with ignored (``nohup``) stays ignored;
+  one it was started with blocked (a signal mask inherited from the parent)
+  is unblocked, so it is handled rather than left pending.
   """
+  global _installed
+  _installed = True
   for signum in SIGNALS:
     if signal.getsignal(signum) is not signal.SIG_IGN:
       signal.signal(signum, _handler)
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
 
 @contextlib.contextmanager
@@ -94,8 +100,13 @@ def hold() -> None:
 
   Blocked, not handled: Python restores their default action late in its
   shutdown, where one would end the process after its success message.
+  Does nothing where ``install`` did not run (the CLI called in-process, as
+  by tests): the signal mask would outlive the call and be inherited by
+  every process started afterwards.
   """
   global _depth
+  if not _installed:
+    return
   _depth += 1
   signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
 

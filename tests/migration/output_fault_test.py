@@ -338,6 +338,20 @@ class OutputFaultTest(absltest.TestCase):
             self.run_tool(command)
             self.assertEqual(self.assertAtAnEnd(), goal)
 
+  def test_signal_blocked_by_the_parent_is_handled(self):
+    # A parent that blocked the signals (as a CLI run in-process by a test
+    # used to leave its process) passes its mask on to the tool.
+    env = self.env(**{transaction.SIGNAL_ENV: 'locked:%d' % signal.SIGINT})
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+      proc = self.run_tool('apply', expect=128 + signal.SIGINT, env=env)
+    finally:
+      signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    self.assertEqual(proc.stdout, '')
+    self.assertIn('Stopped by SIGINT', proc.stderr)
+    self.assertEqual(self.assertAtAnEnd(), 'pristine')
+    self.assertNoLeftovers()
+
   def _interrupt_at_random(self, args: list[str], python: str,
                            signum: int, delay: float):
     proc = subprocess.Popen(
