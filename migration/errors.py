@@ -15,6 +15,11 @@ class ExitCode(enum.IntEnum):
   ENVIRONMENT = 5  # git missing, site-packages not writable, ...
   LOCKED = 6  # Another run holds the lock.
   PATCH_DATA = 7  # Patches/manifest corrupted, missing or out of date.
+  # Stopped by a signal (128 + its number), the step in progress finished
+  # or undone (interrupt.py).
+  SIGHUP = 129
+  SIGINT = 130
+  SIGTERM = 143
 
 
 class MigrationError(Exception):

@@ -25,6 +25,7 @@ import time
 from typing import Iterator
 
 from migration import errors
+from migration import interrupt
 
 # The start of every temporary file name the tool creates.
 TMP_PREFIX = '.jax-interpret-patches-'
@@ -96,13 +97,17 @@ def fsync_dir(directory: str) -> None:
     os.close(fd)
 
 
-def write_temp(directory: str, data: bytes, mode: int | None = None) -> str:
+def write_temp(directory: str, data: bytes, mode: int | None = None,
+               owner: tuple[int, int] | None = None) -> str:
   """Writes ``data`` to a new temporary file in ``directory``.
 
   Args:
     directory: where the file goes (the directory of its final path).
     data: the content.
     mode: permission bits to set, or None for mkstemp's 0o600.
+    owner: ``(uid, gid)`` to give the file (root patching another user's
+      venv keeps the files that user's), or None to keep this process's;
+      what this process may not give (not root) is left as it is.
 
   Returns:
     The path of the new file, complete and fsynced.
@@ -115,11 +120,14 @@ def write_temp(directory: str, data: bytes, mode: int | None = None) -> str:
     with os.fdopen(fd, 'wb') as f:
       f.write(data)
       f.flush()
-      if mode is not None:
+      if owner is not None and owner != (os.geteuid(), os.getegid()):
+        with contextlib.suppress(PermissionError):
+          os.fchown(f.fileno(), *owner)
+      if mode is not None:  # After fchown, which may clear set-id bits.
         os.fchmod(f.fileno(), mode)
       os.fsync(f.fileno())
   except BaseException:
-    os.remove(tmp)
+    remove(tmp)
     raise
   return tmp
 
@@ -134,7 +142,7 @@ def makedirs(root: str, relparts: list[str]) -> str:
   for part in relparts:
     path = os.path.join(path, part)
     try:
-      os.mkdir(path)
+      os.mkdir(path, 0o700)
     except FileExistsError:
       pass
     if not stat.S_ISDIR(os.lstat(path).st_mode):
@@ -163,8 +171,11 @@ def write_atomic(root: str, relpath: str, data: bytes) -> None:
 
 
 def remove(path: str) -> None:
-  """Removes ``path`` (a link itself, never its target) if it exists."""
-  with contextlib.suppress(FileNotFoundError):
+  """Removes ``path`` (a link itself, never its target) if it exists.
+
+  A signal (``interrupt``) waits until it is gone: cleanup is not cut short.
+  """
+  with interrupt.deferred(), contextlib.suppress(FileNotFoundError):
     os.remove(path)
 
 
@@ -202,21 +213,26 @@ def scratch(kind: str) -> Iterator[str]:
     OSError: the directory or its lock file cannot be made, or the
       directory cannot be removed afterwards.
   """
-  d = tempfile.mkdtemp(prefix=f'{SCRATCH_PREFIX}{kind}-{os.getpid()}-')
-  fd = -1
+  d, fd = None, -1
   try:
-    # The lock file is locked before it gets its name: a sweep never sees
-    # it unlocked while this process lives.
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=d)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # A new file: no wait.
-    os.rename(tmp, os.path.join(d, OWNER_LOCK))
+    # A signal waits until the directory has its lock, or a sweep would
+    # take a lockless leftover for an older version's.
+    with interrupt.deferred():
+      d = tempfile.mkdtemp(prefix=f'{SCRATCH_PREFIX}{kind}-{os.getpid()}-')
+      # The lock file is locked before it gets its name: a sweep never sees
+      # it unlocked while this process lives.
+      fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=d)
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # A new file: no wait.
+      os.rename(tmp, os.path.join(d, OWNER_LOCK))
     yield d
   finally:
-    try:
-      shutil.rmtree(d)  # Still locked while it goes.
-    finally:
-      if fd >= 0:
-        os.close(fd)
+    with interrupt.deferred():  # Not cut short by a signal.
+      try:
+        if d is not None:
+          shutil.rmtree(d)  # Still locked while it goes.
+      finally:
+        if fd >= 0:
+          os.close(fd)
 
 
 def _alive(pid: int) -> bool:

@@ -28,15 +28,55 @@ def git_executable() -> str:
   return git
 
 
-def _run(args: list[str], cwd: str) -> subprocess.CompletedProcess[str]:
-  env = dict(os.environ)
+# Settings that change what ``git apply`` writes or accepts, pinned with
+# ``-c`` (which also holds for a git older than 2.32, where
+# GIT_CONFIG_GLOBAL is not read).
+_PINNED_CONFIG = ('core.autocrlf=false', 'core.eol=lf', 'core.safecrlf=false',
+                  'apply.whitespace=nowarn', 'apply.ignoreWhitespace=no')
+
+
+def git_env(cwd: str) -> dict[str, str]:
+  """The environment of every git call of the tool (``run``).
+
+  The user's and the system's git configuration are ignored
+  (``GIT_CONFIG_GLOBAL=/dev/null``, ``GIT_CONFIG_NOSYSTEM=1``, and no
+  ``GIT_CONFIG_PARAMETERS``/``GIT_CONFIG_COUNT`` from the caller): e.g.
+  ``core.autocrlf = true`` in ``~/.gitconfig`` would make ``git apply``
+  write CRLF line endings. git never discovers a repository above ``cwd``.
+
+  Args:
+    cwd: the directory git runs in.
+
+  Returns:
+    A copy of ``os.environ`` with those changes.
+  """
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith('GIT_CONFIG')
+         and k not in ('GIT_DIR', 'GIT_WORK_TREE', 'GIT_INDEX_FILE')}
   # Never let git discover a repository above the staging directory: inside
   # a work tree, `git apply` resolves paths against the repository root.
   env['GIT_CEILING_DIRECTORIES'] = os.path.dirname(os.path.abspath(cwd))
-  env.pop('GIT_DIR', None)
-  env.pop('GIT_WORK_TREE', None)
-  return subprocess.run([git_executable(), *args], cwd=cwd, env=env,
-                        capture_output=True, text=True, check=False)
+  env.update(GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM='1')
+  return env
+
+
+def run(args: list[str], cwd: str) -> subprocess.CompletedProcess[str]:
+  """Runs ``git ARGS`` in ``cwd`` with ``git_env`` and pinned settings.
+
+  Args:
+    args: git's arguments, e.g. ``['apply', '--check', PATCH]``.
+    cwd: the directory to run in.
+
+  Returns:
+    The finished process (text output captured; not checked).
+
+  Raises:
+    EnvironmentProblem: git is missing.
+  """
+  pinned = [a for c in _PINNED_CONFIG for a in ('-c', c)]
+  return subprocess.run([git_executable(), *pinned, *args], cwd=cwd,
+                        env=git_env(cwd), capture_output=True, text=True,
+                        check=False)
 
 
 def _apply(patch: str, directory: str, reverse: bool, check: bool) -> None:
@@ -46,7 +86,7 @@ def _apply(patch: str, directory: str, reverse: bool, check: bool) -> None:
   if check:
     args.append('--check')
   args.append(os.path.abspath(patch))
-  proc = _run(args, directory)
+  proc = run(args, directory)
   if proc.returncode != 0:
     what = 'reverse-apply' if reverse else 'apply'
     msg = (proc.stderr or proc.stdout).strip()
@@ -108,7 +148,7 @@ def try_apply(patch: str, directory: str, reverse: bool = False,
   if check_only:
     args.append('--check')
   args.append(os.path.abspath(patch))
-  proc = _run(args, directory)
+  proc = run(args, directory)
   return proc.returncode == 0, (proc.stderr + proc.stdout).strip()
 
 
@@ -125,8 +165,8 @@ def touched_files(patch: str) -> list[str]:
     PatchDataError: git cannot parse the patch.
     EnvironmentProblem: git is missing.
   """
-  proc = _run(['apply', '-p1', '--numstat', '-z', os.path.abspath(patch)],
-              os.path.dirname(os.path.abspath(patch)))
+  proc = run(['apply', '-p1', '--numstat', '-z', os.path.abspath(patch)],
+             os.path.dirname(os.path.abspath(patch)))
   if proc.returncode != 0:
     raise errors.PatchDataError(
         f'{os.path.basename(patch)} is not a valid patch:\n'

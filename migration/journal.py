@@ -20,8 +20,10 @@ Recovery rules (``settle``), applied under the lock by the next run:
   or a replace fails (an unreplaceable file). Either way every file ends at
   one end, so jax is left pristine or fully patched.
 * A journal that cannot be read, or names a path outside site-packages/jax
-  or a temporary file that is not the tool's, is refused (exit 7) and
-  nothing is touched.
+  or a temporary file that is not the tool's, or another install
+  (``jax_dir``), is refused (exit 7) and nothing is touched; one that is a
+  link, FIFO or device, or another user's, is refused with exit 5
+  (``statedir.read``).
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ import re
 from migration import environment
 from migration import errors
 from migration import fsutil
+from migration import record as record_lib
+from migration import statedir
 
-JOURNAL = 'journal.json'
+JOURNAL = statedir.JOURNAL
 PHASES = ('commit', 'rollback')
 _SHA_RE = re.compile(r'[0-9a-f]{64}')
 
@@ -52,16 +56,19 @@ class Entry:
 
 @dataclasses.dataclass(frozen=True)
 class Journal:
-  """A run's journal: ``command`` is apply or revert."""
+  """A run's journal: ``command`` is apply or revert; ``jax_dir`` the
+  install's site-packages/jax, links resolved (None in an older release's
+  journal)."""
   command: str
   phase: str
   entries: tuple[Entry, ...]
   record: dict | None
+  jax_dir: str | None = None
 
   def to_json(self) -> dict:
     return {'command': self.command, 'phase': self.phase,
             'files': [dataclasses.asdict(e) for e in self.entries],
-            'record': self.record}
+            'record': self.record, 'jax_dir': self.jax_dir}
 
 
 def path(sdir: str) -> str:
@@ -86,15 +93,22 @@ def load(sdir: str, env: environment.Environment) -> Journal | None:
 
   Raises:
     PatchDataError: it is unreadable, malformed, or names a path outside
-      site-packages/jax or a temporary file that is not the tool's.
+      site-packages/jax, a temporary file that is not the tool's, or
+      another install.
+    EnvironmentProblem: it is a link, FIFO or device, or another user's.
   """
   where = path(sdir)
-  try:
-    with open(where, encoding='utf-8') as f:
-      raw = json.load(f)
-  except FileNotFoundError:
+  data = statedir.read(where, env)
+  if data is None:
     return None
-  except (OSError, ValueError) as e:
+  return parse(data, where, env)
+
+
+def parse(data: bytes, where: str, env: environment.Environment) -> Journal:
+  """Checks the journal ``data`` read from ``where``; see ``load``."""
+  try:
+    raw = json.loads(data)
+  except ValueError as e:
     raise _bad(where, str(e)) from e
   try:
     entries = []
@@ -103,7 +117,8 @@ def load(sdir: str, env: environment.Environment) -> Journal | None:
       fsutil.check_relpath(entry.path, where)
       env.path(entry.path)  # Resolves inside site-packages/jax.
       for h in (entry.old, entry.new):
-        if h is not None and not _SHA_RE.fullmatch(h):
+        if h is not None and not (isinstance(h, str)
+                                  and _SHA_RE.fullmatch(h)):
           raise ValueError(f'bad sha256 {h!r}')
       for name, h in ((entry.old_tmp, entry.old), (entry.new_tmp, entry.new)):
         if (h is None) != (name is None) or name is not None and (
@@ -112,16 +127,33 @@ def load(sdir: str, env: environment.Environment) -> Journal | None:
           raise ValueError(f'bad temporary file name {name!r}')
       entries.append(entry)
     journal = Journal(raw['command'], raw['phase'], tuple(entries),
-                      raw['record'])
+                      raw['record'], raw.get('jax_dir'))
   except errors.PatchDataError as e:
     raise _bad(where, str(e)) from e
   except (KeyError, TypeError, ValueError, AttributeError) as e:
     raise _bad(where, f'{type(e).__name__}: {e}') from e
   if journal.command not in ('apply', 'revert') or journal.phase not in PHASES:
     raise _bad(where, f'command {journal.command!r}, phase {journal.phase!r}')
-  if journal.record is not None and not isinstance(journal.record, dict):
-    raise _bad(where, 'bad record')
+  if journal.record is not None:
+    try:
+      record_lib.check(journal.record, where, env)
+    except errors.PatchDataError as e:
+      raise _bad(where, f'bad record: {e}') from e
+  if journal.jax_dir not in (None, statedir.jax_dir(env)):
+    raise _bad(where, f'it is the journal of {journal.jax_dir!r}, another '
+               'install')
   return journal
+
+
+def temp_paths(data: bytes, env: environment.Environment) -> list[str]:
+  """The temporary files journal ``data`` names, beside ``env``'s files.
+
+  Raises:
+    PatchDataError: the journal is unusable (``parse``).
+  """
+  journal = parse(data, JOURNAL, env)
+  return [tmp_path(env, e, name) for e in journal.entries
+          for name in (e.old_tmp, e.new_tmp) if name is not None]
 
 
 def tmp_path(env: environment.Environment, entry: Entry,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
+import tempfile
 import zipfile
 
 from absl import logging
@@ -23,6 +24,7 @@ from migration import gitapply
 from migration import manifest as manifest_lib
 from migration import record as record_lib
 from migration import state
+from migration import statedir
 from migration import wheels
 
 
@@ -81,6 +83,11 @@ def read(path: str) -> bytes | None:
     return None
 
 
+def _read_kept(path: str, env: environment.Environment) -> bytes | None:
+  """Reads a file kept in the state directory (``statedir.read``)."""
+  return statedir.read(path, env, statedir.FILE_LIMIT)
+
+
 def _pristine_contents(env: environment.Environment,
                        series: manifest_lib.Series, sdir: str,
                        wheel_dirs: tuple[str, ...]) -> dict[str, bytes | None]:
@@ -90,10 +97,11 @@ def _pristine_contents(env: environment.Environment,
   out: dict[str, bytes | None] = {}
   missing = []
   for path, states in expected.items():
-    data = read(os.path.join(backup, *path.split('/')))
     if states[0] is None:
       out[path] = None
-    elif manifest_lib.sha256_bytes(data) == states[0]:
+      continue
+    data = _read_kept(os.path.join(backup, *path.split('/')), env)
+    if manifest_lib.sha256_bytes(data) == states[0]:
       out[path] = data
     else:
       missing.append(path)
@@ -132,52 +140,95 @@ def _stage(env: environment.Environment, status: state.Status,
   Raises:
     ConflictError: a patch does not apply.
     PatchDataError: a staged hash differs from the manifest.
+    EnvironmentProblem: $TMPDIR is full or unusable.
   """
   series = status.series
   k = status.applied or 0
-  expected = series.hashes[env.jax_version]
-  upstream = set(series.upstream.get(env.jax_version, ()))
-  goal = status.total if command == 'apply' else 0
   if command == 'apply':
     todo = [(p, False) for p in series.patches[k:]]
   else:
     todo = [(p, True) for p in reversed(series.patches[:k])]
+  upstream = set(series.upstream.get(env.jax_version, ()))
   skipped = tuple(p.name for p, _ in todo if p.name in upstream)
-  with fsutil.scratch('stage') as stage:
-    for path, data in start.items():
-      if data is not None:
-        fsutil.makedirs(stage, path.split('/')[:-1])
-        with open(os.path.join(stage, *path.split('/')), 'wb') as f:
-          f.write(data)
-    for patch, reverse in todo:
-      if patch.name in upstream:
-        logging.info('Skipping %s: already upstream', patch.name)
-        continue
-      logging.info('%s %s', 'Reverting' if reverse else 'Applying', patch.name)
-      gitapply.apply(patch.path, stage, reverse=reverse)
-    new: dict[str, bytes | None] = {}
-    for path, states in expected.items():
-      data = read(os.path.join(stage, *path.split('/')))
-      if manifest_lib.sha256_bytes(data) != states[goal]:
-        raise errors.PatchDataError(
-            f'After {command}, {path} has sha256 '
-            f'{manifest_lib.sha256_bytes(data)} but the manifest expects '
-            f'{states[goal]}; the patches and manifest disagree. Nothing '
-            'was changed.')
-      new[path] = goal_override.get(path, data)
-  return new, skipped
+  for name in skipped:
+    logging.info('Skipping %s: already upstream', name)
+  todo = [(p, reverse) for p, reverse in todo if p.name not in upstream]
+  goal = status.total if command == 'apply' else 0
+  need = sum(len(d) for d in start.values() if d is not None)
+  try:
+    with fsutil.scratch('stage') as stage:
+      new = _stage_in(stage, env, series, command, start, todo, goal)
+  except (OSError, errors.ConflictError, errors.PatchDataError) as e:
+    why = _tmpdir_full(e, need)
+    if why is None:
+      raise
+    raise errors.EnvironmentProblem(
+        f'Cannot stage the files in $TMPDIR ({why}); free some space there '
+        'or set TMPDIR to a folder with room. Nothing was changed.') from e
+  return {p: goal_override.get(p, data) for p, data in new.items()}, skipped
+
+
+def _tmpdir_full(error: Exception, need: int) -> str | None:
+  """Says why staging failed when $TMPDIR is to blame, else None.
+
+  Args:
+    error: what staging raised: an OSError, or a git apply failure or hash
+      mismatch, which a full disk also causes (git leaves a short file).
+    need: the bytes of the staged files.
+  """
+  if isinstance(error, OSError):
+    return str(error)
+  if 'No space left' in str(error):
+    return 'No space left on device'
+  try:
+    st = os.statvfs(tempfile.gettempdir())
+  except OSError as e:
+    return str(e)
+  if st.f_bavail * st.f_frsize < 2 * need + (1 << 20):
+    return 'No space left on device'
+  return None
+
+
+def _stage_in(stage: str, env: environment.Environment,
+              series: manifest_lib.Series, command: str,
+              start: dict[str, bytes | None], todo,
+              goal: int) -> dict[str, bytes | None]:
+  """Stages ``start`` in ``stage``, runs ``todo``, checks the hashes."""
+  for path, data in start.items():
+    if data is not None:
+      fsutil.makedirs(stage, path.split('/')[:-1])
+      with open(os.path.join(stage, *path.split('/')), 'wb') as f:
+        f.write(data)
+  for patch, reverse in todo:
+    logging.info('%s %s', 'Reverting' if reverse else 'Applying', patch.name)
+    gitapply.apply(patch.path, stage, reverse=reverse)
+  new: dict[str, bytes | None] = {}
+  for path, states in series.hashes[env.jax_version].items():
+    data = read(os.path.join(stage, *path.split('/')))
+    if manifest_lib.sha256_bytes(data) != states[goal]:
+      raise errors.PatchDataError(
+          f'After {command}, {path} has sha256 '
+          f'{manifest_lib.sha256_bytes(data)} but the manifest expects '
+          f'{states[goal]}; the patches and manifest disagree. Nothing '
+          'was changed.')
+    new[path] = data
+  return new
 
 
 def _restore_displaced(env: environment.Environment, sdir: str,
                        rec: dict | None) -> dict[str, bytes]:
-  """The files that ``apply --force`` set aside, to restore on revert."""
+  """The files that ``apply --force`` set aside, to restore on revert.
+
+  Only a record of this install's jax version counts; the caller passes
+  None when the install was replaced since (its files are not patched).
+  """
   if not rec or rec.get('dist_version') != env.dist_version:
     return {}
   root = record_lib.displaced_dir(sdir, env.jax_version)
   out = {}
   for path, sha in dict(rec.get('displaced') or {}).items():
     fsutil.check_relpath(path, os.path.join(sdir, record_lib.RECORD))
-    data = read(os.path.join(root, *path.split('/')))
+    data = _read_kept(os.path.join(root, *path.split('/')), env)
     if manifest_lib.sha256_bytes(data) != sha:
       raise errors.ModifiedError(
           f'The locally modified {path} that apply --force kept in {root} '
@@ -190,6 +241,7 @@ def _record(env: environment.Environment, series: manifest_lib.Series,
             release: int, skipped: tuple[str, ...],
             displaced: dict[str, str]) -> dict:
   return {
+      'jax_dir': statedir.jax_dir(env),
       'series': series.name,
       'release': release,
       'jax_version': env.jax_version,
@@ -222,7 +274,13 @@ def make(command: str, before: state.Status, sdir: str, release: int,
     EnvironmentProblem: the released wheel is needed and cannot be had.
   """
   env = before.env
-  rec = record_lib.load(sdir)
+  rec = record_lib.load(sdir, env)
+  # A record is of the files as its apply left them: (partly) patched. If
+  # they are not, jax was reinstalled since, and what that apply set aside
+  # belongs to the replaced install: never carried over or restored.
+  if before.overall not in (state.Overall.PATCHED,
+                            state.Overall.PARTLY_PATCHED):
+    rec = None
   old = {f.path: read(env.path(f.path)) for f in before.files}
   modified = before.overall in (state.Overall.LOCALLY_MODIFIED,
                                 state.Overall.MIXED)

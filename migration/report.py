@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
-from migration import check
-from migration import compat
 from migration import errors
-from migration import state
-from migration import transaction
+
+if TYPE_CHECKING:  # Annotations only: status imports no more than it uses.
+  from migration import check
+  from migration import compat
+  from migration import state
+  from migration import transaction
 
 
 def status_dict(status: state.Status) -> dict[str, Any]:

@@ -6,8 +6,11 @@ import dataclasses
 import os
 import shutil
 
+from absl import logging
+
 from migration import environment
 from migration import enums
+from migration import errors
 from migration import fsutil
 from migration import gitapply
 from migration import manifest as manifest_lib
@@ -120,6 +123,24 @@ def _patch_states(env: environment.Environment, series: manifest_lib.Series,
                    else PatchState.NOT_APPLIED)
     return tuple(out)
   patches = [p for p in series.patches if p.name not in upstream]
+  try:
+    found = _try_patches(env, series, patches)
+  except (OSError, errors.MigrationError) as e:
+    # E.g. a full $TMPDIR: status still reports, with these unknown.
+    logging.warning('Cannot try the patches on a copy: %s', e)
+    return tuple(PatchState.UPSTREAM if p.name in upstream
+                 else PatchState.UNKNOWN for p in series.patches)
+  return tuple(found.get(p.name, PatchState.UPSTREAM)
+               for p in series.patches)
+
+
+def _try_patches(env: environment.Environment, series: manifest_lib.Series,
+                 patches: list[manifest_lib.Patch]) -> dict[str, PatchState]:
+  """``_patch_states`` on a copy of the files in a scratch folder.
+
+  Raises:
+    OSError: the copy cannot be made (a full $TMPDIR).
+  """
   found: dict[str, PatchState] = {}
   with fsutil.scratch('status') as tmp:
     for f in series.files:
@@ -135,8 +156,7 @@ def _patch_states(env: environment.Environment, series: manifest_lib.Series,
         found.setdefault(p.name, PatchState.NOT_APPLIED)
       else:
         found[p.name] = PatchState.CONFLICTING
-  return tuple(found.get(p.name, PatchState.UPSTREAM)
-               for p in series.patches)
+  return found
 
 
 def classify(env: environment.Environment,
@@ -155,7 +175,11 @@ def classify(env: environment.Environment,
   if status.series is not None and status.overall != Overall.UNSUPPORTED:
     patches = _patch_states(env, status.series, status.applied)
   patched = status.overall in (Overall.PATCHED, Overall.PARTLY_PATCHED)
-  lost = record_lib.lost_message(env, record_lib.find(env),
+  try:
+    rec = record_lib.find(env, patched)
+  except errors.MigrationError:
+    rec = None  # Reported by status; apply and revert refuse it.
+  lost = record_lib.lost_message(env, rec,
                                  status.overall == Overall.PRISTINE, patched)
   return dataclasses.replace(status, patches=patches, lost=lost)
 

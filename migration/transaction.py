@@ -1,8 +1,10 @@
 """All-or-nothing apply and revert of a series in site-packages.
 
 A run classifies the target files once (again under the lock only if another
-run changed them meanwhile), then (unless ``--dry_run``) takes
-the lock in the state directory, settles an interrupted run (below),
+run changed them meanwhile), checks the state directory (``statedir``: the
+install's own folder, private; its journal and record well-formed), then
+(unless ``--dry_run``) takes the lock in it, adopts an older release's
+state of this install, settles an interrupted run (below),
 removes what killed runs left behind, probes that every target file and its
 directories can be replaced (``chattr +i``, a read-only mount: exit 5), and
 computes one ``plan.Plan``: every new content staged with git apply and
@@ -28,6 +30,10 @@ Recovery rules:
   rolled forward when every new content is at hand, else rolled back; a
   replace that fails turns it around (``journal.settle``). If the next run
   is the same command and it rolled forward, there is nothing more to do.
+* SIGINT, SIGTERM or SIGHUP (``interrupt.py``) during the commit, or
+  while settling an interrupted run, waits for it to end; elsewhere it
+  stops the run at once, removing its temporary files. The run then exits
+  128 + the signal's number with jax at one end.
 * Scratch directories in ``$TMPDIR`` hold a lock of the process that made
   them and are removed by a later run once that process is gone, in any
   PID namespace (``fsutil.sweep_scratch``).
@@ -48,23 +54,26 @@ import signal
 import stat
 
 from absl import logging
-import filelock
 
 from migration import environment
 from migration import errors
 from migration import fsutil
 from migration import gitapply
+from migration import interrupt
 from migration import journal as journal_lib
 from migration import manifest as manifest_lib
 from migration import plan as plan_lib
 from migration import record as record_lib
 from migration import state
+from migration import statedir
 
 STATE_DIR_ENV = record_lib.STATE_DIR_ENV
 # Testing only: exit abruptly after this many files were replaced.
 CRASH_ENV = 'JAX_INTERPRET_PATCHES_TEST_CRASH_AFTER'
 # Testing only: SIGKILL the run itself when it reaches this step.
 KILL_ENV = 'JAX_INTERPRET_PATCHES_TEST_KILL_AT'
+# Testing only: STEP:N sends the run signal N when it reaches STEP.
+SIGNAL_ENV = 'JAX_INTERPRET_PATCHES_TEST_SIGNAL_AT'
 JOURNAL = journal_lib.JOURNAL
 
 state_dir = record_lib.state_dir
@@ -114,9 +123,12 @@ class Result:
 
 
 def _kill_point(step: str) -> None:
-  """Testing only: SIGKILLs this process at ``step`` if asked to."""
+  """Testing only: signals (or ends) this process at ``step`` if asked to."""
   if os.environ.get(KILL_ENV) == step:
     os.kill(os.getpid(), signal.SIGKILL)
+  at, _, signum = os.environ.get(SIGNAL_ENV, '').rpartition(':')
+  if at == step:
+    os.kill(os.getpid(), int(signum))
   crash_after = os.environ.get(CRASH_ENV)
   if crash_after is not None and step == f'replaced-{crash_after}':
     os._exit(86)  # pylint: disable=protected-access
@@ -150,28 +162,30 @@ def _probe_dir(directory: str, step: str = 'probed') -> str | None:
     path = fsutil.write_temp(directory, b'')
   except OSError as e:
     return e.strerror or str(e)
-  _kill_point(step)
-  fsutil.remove(path)  # A run holding the lock may have swept it.
+  try:
+    _kill_point(step)
+  finally:
+    fsutil.remove(path)  # A run holding the lock may have swept it.
   return None
 
 
-def _make_state_dir(sdir: str) -> None:
-  """Creates the state directory and checks that it is writable.
+def _make_state_dir(env: environment.Environment) -> str:
+  """Creates the install's state folder, 0700, and checks it is writable.
+
+  Returns:
+    The folder.
 
   Raises:
-    EnvironmentProblem: it cannot be created or written.
+    EnvironmentProblem: it cannot be created or written, or is unsafe
+      (``statedir.check_dir``).
   """
-  try:
-    os.makedirs(sdir, exist_ok=True)
-  except OSError as e:
-    raise errors.EnvironmentProblem(
-        f'Cannot create the state directory {sdir}: {e}. Nothing was '
-        'changed.') from e
+  sdir = statedir.make(env)
   why = _probe_dir(sdir)
   if why:
     raise errors.EnvironmentProblem(
         f'The state directory {sdir} is not writable ({why}). Nothing was '
         'changed.')
+  return sdir
 
 
 def check_writable(env: environment.Environment, files) -> None:
@@ -248,16 +262,18 @@ def recover(env: environment.Environment,
   if journal is None:
     return None
   logging.warning('Settling an interrupted %s.', journal.command)
-  forward = journal_lib.settle(env, journal, _kill_point)
-  try:
-    clear_pycache(env, [e.path for e in journal.entries])
-    if forward:
-      _write_record(sdir, journal.record)
-    journal_lib.remove_temps(env, journal)
-    os.remove(journal_lib.path(sdir))
-  except OSError as e:
-    raise errors.EnvironmentProblem(
-        f'Cannot finish settling the interrupted {journal.command}: {e}') from e
+  with interrupt.deferred():  # A signal waits for the settling to end.
+    forward = journal_lib.settle(env, journal, _kill_point)
+    try:
+      clear_pycache(env, [e.path for e in journal.entries])
+      if forward:
+        _write_record(sdir, journal.record)
+      journal_lib.remove_temps(env, journal)
+      os.remove(journal_lib.path(sdir))
+    except OSError as e:
+      raise errors.EnvironmentProblem(
+          f'Cannot finish settling the interrupted {journal.command}: '
+          f'{e}') from e
   return dataclasses.replace(journal,
                              phase='commit' if forward else 'rollback')
 
@@ -266,34 +282,6 @@ def _unchanged(status: state.Status) -> bool:
   """Whether the target files still have the hashes ``status`` saw."""
   return all(manifest_lib.sha256_path(status.env.path(f.path)) == f.sha256
              for f in status.files)
-
-
-@contextlib.contextmanager
-def _locked(sdir: str, timeout: float):
-  """Holds the state directory's lock.
-
-  Raises:
-    LockedError: another run holds it past ``timeout`` seconds.
-    EnvironmentProblem: the lock file cannot be made (e.g. a directory).
-  """
-  path = os.path.join(sdir, 'lock')
-  if os.path.lexists(path) and not fsutil.is_regular(path):
-    raise errors.EnvironmentProblem(
-        f'The lock file {path} is a directory or a link; remove it. '
-        'Nothing was changed.')
-  lock = filelock.FileLock(path, timeout=timeout)
-  try:
-    lock.acquire()
-  except filelock.Timeout as e:
-    raise errors.LockedError(
-        f'Another run holds the lock {path}; retry when it finishes.') from e
-  except OSError as e:
-    raise errors.EnvironmentProblem(
-        f'Cannot take the lock {path}: {e}. Nothing was changed.') from e
-  try:
-    yield
-  finally:
-    lock.release()
 
 
 def _keep(plan: plan_lib.Plan) -> None:
@@ -322,21 +310,24 @@ def _write_temps(plan: plan_lib.Plan) -> journal_lib.Journal:
       target = plan.env.path(path)
       directory = os.path.dirname(target)
       old, new = plan.old[path], plan.new[path]
-      mode = stat.S_IMODE(os.stat(target).st_mode) if old is not None else (
-          0o644)
+      # A new file gets its directory's owner, a replaced one keeps its
+      # owner, group and mode.
+      st = os.stat(target if old is not None else directory)
+      mode = stat.S_IMODE(st.st_mode) if old is not None else 0o644
       names = []
       for data in (old, new):
         if data is None:
           names.append(None)
         else:
-          made.append(fsutil.write_temp(directory, data, mode))
+          made.append(fsutil.write_temp(directory, data, mode,
+                                        (st.st_uid, st.st_gid)))
           names.append(os.path.basename(made[-1]))
       entries.append(journal_lib.Entry(
           path, manifest_lib.sha256_bytes(old), manifest_lib.sha256_bytes(new),
           *names))
     _kill_point('temp-written')
     journal = journal_lib.Journal(plan.command, 'commit', tuple(entries),
-                                  plan.record)
+                                  plan.record, statedir.jax_dir(plan.env))
     journal_lib.write(plan.sdir, journal)
   except BaseException:
     for p in made:
@@ -373,26 +364,27 @@ def _commit(plan: plan_lib.Plan) -> None:
   Raises:
     EnvironmentProblem: a write failed; nothing was changed.
   """
-  try:
-    journal = _write_temps(plan)
-  except OSError as e:
-    raise errors.EnvironmentProblem(
-        f'Cannot {plan.command}: {e}. Nothing was changed.') from e
-  _kill_point('journal-commit')
-  if os.environ.get(CRASH_ENV) == '0':
-    os._exit(86)  # pylint: disable=protected-access
-  try:
-    journal_lib.move(plan.env, journal, True, _kill_point)
-    _kill_point('replaced-all')
-    clear_pycache(plan.env, plan.files)
-    _kill_point('pycache-cleared')
-    _write_record(plan.sdir, plan.record)
-  except OSError as e:
-    raise _roll_back(plan, journal, e) from e
-  _kill_point('record-written')
-  with contextlib.suppress(OSError):
-    journal_lib.remove_temps(plan.env, journal)
-    os.remove(journal_lib.path(plan.sdir))
+  with interrupt.deferred():  # A signal waits for the commit to end.
+    try:
+      journal = _write_temps(plan)
+    except OSError as e:
+      raise errors.EnvironmentProblem(
+          f'Cannot {plan.command}: {e}. Nothing was changed.') from e
+    _kill_point('journal-commit')
+    if os.environ.get(CRASH_ENV) == '0':
+      os._exit(86)  # pylint: disable=protected-access
+    try:
+      journal_lib.move(plan.env, journal, True, _kill_point)
+      _kill_point('replaced-all')
+      clear_pycache(plan.env, plan.files)
+      _kill_point('pycache-cleared')
+      _write_record(plan.sdir, plan.record)
+    except OSError as e:
+      raise _roll_back(plan, journal, e) from e
+    _kill_point('record-written')
+    with contextlib.suppress(OSError):
+      journal_lib.remove_temps(plan.env, journal)
+      os.remove(journal_lib.path(plan.sdir))
 
 
 def _dry_run(plan: plan_lib.Plan, journal_pending: bool) -> Result:
@@ -439,6 +431,57 @@ def _execute(plan: plan_lib.Plan, manifest: manifest_lib.Manifest,
   msg += ' ' + after.message
   return Result(command, True, msg, before, after, plan.files, recovered,
                 plan.sdir, plan.skipped, displaced=tuple(plan.displaced))
+
+
+def _legacy_claims(status: state.Status) -> tuple[bool, bool]:
+  """The state files of an older release this install owns (``statedir``)."""
+  env = status.env
+  patched = status.overall in (state.Overall.PATCHED,
+                               state.Overall.PARTLY_PATCHED)
+  return statedir.legacy_claims(
+      env, patched, lambda data: journal_lib.temp_paths(data, env))
+
+
+def _check_state(status: state.Status, sdir: str) -> tuple[bool, bool]:
+  """Checks the state root and ``sdir``, its lock, journal and record, as
+  every run does before it reads or writes any (``statedir``).
+
+  Returns:
+    The claims on an older release's state (``_legacy_claims``).
+
+  Raises:
+    EnvironmentProblem: a folder or file is unsafe (a link, a FIFO, another
+      user's).
+    PatchDataError: the journal or record is unusable.
+  """
+  env = status.env
+  claims = _legacy_claims(status)  # Checks the root.
+  statedir.check_dir(sdir, env)
+  statedir.check_file(os.path.join(sdir, statedir.LOCK), env)
+  journal_lib.load(sdir, env)
+  record_lib.load(sdir, env)
+  return claims
+
+
+def inspect_state(status: state.Status) -> tuple[bool, str | None]:
+  """For status: whether a run was interrupted, and what is wrong with the
+  state directory (what apply and revert would refuse), read only.
+
+  Returns:
+    ``(interrupted, problem)``; ``problem`` is None, or the error message
+    with its exit code.
+  """
+  env = status.env
+  if env.site_packages is None or not env.jax_installed:
+    return False, None
+  sdir = state_dir(env)
+  interrupted = os.path.lexists(journal_lib.path(sdir))
+  try:
+    interrupted = _check_state(status, sdir)[0] or interrupted
+  except errors.MigrationError as e:
+    return interrupted, (f'{e} (apply and revert exit '
+                         f'{int(e.exit_code)})')
+  return interrupted, None
 
 
 def run(command: str, manifest: manifest_lib.Manifest,
@@ -490,8 +533,10 @@ def run(command: str, manifest: manifest_lib.Manifest,
         f'jax=={env.jax_version}')
   sdir = state_dir(env)
   noop = {'apply': state.Overall.PATCHED, 'revert': state.Overall.PRISTINE}
-  journal_pending = os.path.lexists(journal_lib.path(sdir))
-  stale_record = command == 'revert' and record_lib.load(sdir) is not None
+  claims = _check_state(before, sdir)
+  journal_pending = os.path.lexists(journal_lib.path(sdir)) or claims[0]
+  stale_record = command == 'revert' and (
+      record_lib.load(sdir, env) is not None or claims[1])
   stale_temps = bool(fsutil.leftovers(
       _sweep_dirs(env, before.series.files, sdir)))
   word = 'patched' if command == 'apply' else 'pristine'
@@ -502,11 +547,28 @@ def run(command: str, manifest: manifest_lib.Manifest,
                   dry_run=dry_run)
   gitapply.git_executable()
   if dry_run:
-    return _dry_run(plan_lib.make(command, before, sdir, manifest.release, force,
-                              wheel_dirs), journal_pending)
-  _make_state_dir(sdir)
-  with _locked(sdir, lock_timeout):
+    # An older release's record this run would adopt is read where it is.
+    read_dir = statedir.root_dir(env) if claims[1] else sdir
+    return _dry_run(plan_lib.make(command, before, read_dir, manifest.release,
+                                  force, wheel_dirs), journal_pending)
+  _make_state_dir(env)
+  try:
+    return _run_locked(command, manifest, env, before, sdir, lock_timeout,
+                       force, wheel_dirs)
+  finally:
+    statedir.give_to_owner(env)
+
+
+def _run_locked(command: str, manifest: manifest_lib.Manifest,
+                env: environment.Environment, before: state.Status,
+                sdir: str, lock_timeout: float, force: bool,
+                wheel_dirs: tuple[str, ...]) -> Result:
+  """The part of ``run`` under the install's lock."""
+  noop = {'apply': state.Overall.PATCHED, 'revert': state.Overall.PRISTINE}
+  word = 'patched' if command == 'apply' else 'pristine'
+  with statedir.locked(sdir, env, lock_timeout):
     _kill_point('locked')
+    statedir.adopt_legacy(env, _legacy_claims(before), lock_timeout)
     interrupted = recover(env, sdir)
     _kill_point('recovered')
     try:
@@ -524,7 +586,7 @@ def run(command: str, manifest: manifest_lib.Manifest,
                       tuple(e.path for e in interrupted.entries), True, sdir)
     if before.overall == noop[command]:
       msg = f'Nothing to do: already {word}. ' + before.message
-      if command == 'revert' and record_lib.load(sdir) is not None:
+      if command == 'revert' and record_lib.load(sdir, env) is not None:
         try:
           _write_record(sdir, None)
         except OSError as e:

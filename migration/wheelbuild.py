@@ -18,7 +18,6 @@ import importlib.util
 import io
 import os
 import re
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -28,6 +27,7 @@ from absl import logging
 from migration import errors
 from migration import fsutil
 from migration import gitapply
+from migration import interrupt
 from migration import manifest as manifest_lib
 from migration import wheels
 
@@ -114,8 +114,10 @@ def build(manifest: manifest_lib.Manifest, version: str, out_dir: str,
   Raises:
     UnsupportedError: ``version`` is not served.
     PatchDataError: the series does not give the manifest's hashes.
-    EnvironmentProblem: git or the ``wheel`` package is missing, or the
-      released wheel cannot be fetched.
+    EnvironmentProblem: git or the ``wheel`` package is missing, the
+      released wheel cannot be fetched, or ``out_dir`` cannot take the
+      wheel (not a directory, read-only, immutable, full, a directory at
+      the wheel's name).
   """
   series = manifest.series_for(version)
   if series is None:
@@ -124,7 +126,12 @@ def build(manifest: manifest_lib.Manifest, version: str, out_dir: str,
   pristine = wheels.pristine_wheel(version, wheel_dirs)
   new_version = f'{version}+{label(manifest.release)}'
   expected = series.hashes[version]
-  os.makedirs(out_dir, exist_ok=True)
+  try:  # Fail before the build if out_dir cannot take a file at all.
+    os.makedirs(out_dir, exist_ok=True)
+    with interrupt.deferred():
+      fsutil.remove(fsutil.write_temp(out_dir, b''))
+  except OSError as e:
+    raise _output_problem(out_dir, e) from e
   with fsutil.scratch('wheel') as tmp:
     _wheel_tool(['unpack', '-d', tmp, pristine])
     root = os.path.join(tmp, f'jax-{version}')
@@ -154,7 +161,41 @@ def build(manifest: manifest_lib.Manifest, version: str, out_dir: str,
     if len(built) != 1:
       raise errors.MigrationError(f'wheel pack wrote {built}.')
     verify_record(os.path.join(staging, built[0]))
-    dest = os.path.join(out_dir, built[0])
-    shutil.copyfile(os.path.join(staging, built[0]), dest + '.tmp')
-    os.replace(dest + '.tmp', dest)
+    return _write_out(os.path.join(staging, built[0]), out_dir)
+
+
+def _write_out(built: str, out_dir: str) -> str:
+  """Puts the wheel ``built`` into ``out_dir`` under its name, atomically.
+
+  Its content goes to a new temporary file in ``out_dir`` (created
+  exclusively under a fresh name, so a link planted at any name there is
+  never followed), which is then renamed over ``out_dir/<its name>``. A
+  failure leaves nothing behind; a signal waits until the wheel is there.
+
+  Returns:
+    The path of the wheel in ``out_dir``.
+
+  Raises:
+    EnvironmentProblem: ``out_dir`` is not a writable directory, is full,
+      or has a directory at the wheel's name.
+  """
+  dest = os.path.join(out_dir, os.path.basename(built))
+  mask = os.umask(0o022)  # Read it back: the wheel gets 0o666 & ~umask.
+  os.umask(mask)
+  try:
+    with interrupt.deferred(), open(built, 'rb') as f:  # A signal waits.
+      tmp = fsutil.write_temp(out_dir, f.read(), 0o666 & ~mask)
+      try:
+        os.replace(tmp, dest)
+      except BaseException:
+        fsutil.remove(tmp)
+        raise
+  except OSError as e:
+    raise _output_problem(out_dir, e) from e
   return dest
+
+
+def _output_problem(out_dir: str, e: OSError) -> errors.EnvironmentProblem:
+  return errors.EnvironmentProblem(
+      f'Cannot write the wheel into {out_dir}: {e}. Nothing was written '
+      'there; pass -o a writable directory with room for the wheel.')

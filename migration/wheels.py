@@ -12,6 +12,7 @@ import sys
 import shutil
 import tempfile
 import zipfile
+import zlib
 
 from absl import logging
 
@@ -25,11 +26,15 @@ def cache_dir() -> str:
   """Returns the wheel cache directory.
 
   ``$JAX_INTERPRET_PATCHES_CACHE/wheels`` if that variable is set, otherwise
-  ``$XDG_CACHE_HOME/jax-interpret-patches/wheels`` (``~/.cache`` by default).
+  ``$XDG_CACHE_HOME/jax-interpret-patches/wheels`` (``~/.cache`` by default,
+  and in place of a relative ``XDG_CACHE_HOME``, which the XDG Base
+  Directory specification says to ignore).
   """
   root = os.environ.get('JAX_INTERPRET_PATCHES_CACHE')
   if not root:
-    xdg = os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
+    xdg = os.environ.get('XDG_CACHE_HOME', '')
+    if not os.path.isabs(xdg):  # Relative: invalid, ignored (XDG spec).
+      xdg = os.path.expanduser('~/.cache')
     root = os.path.join(xdg, 'jax-interpret-patches')
   return os.path.join(root, 'wheels')
 
@@ -86,7 +91,9 @@ def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
   Raises:
     UsageError: ``version`` is not a version number.
     UnsupportedError: the package index has no such jax release.
-    EnvironmentProblem: the wheel is not found and cannot be downloaded.
+    EnvironmentProblem: the wheel is not found and cannot be downloaded, or
+      the one found is not a readable zip (a cached one is downloaded
+      again instead).
   """
   check_version_number(version)
   name = wheel_name(version)
@@ -95,7 +102,15 @@ def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
   for d in (*extra_dirs, cache):
     candidate = os.path.join(d, name)
     if os.path.isfile(candidate):
-      return candidate
+      if _readable_zip(candidate):
+        return candidate
+      if d != cache or not download:
+        raise errors.EnvironmentProblem(
+            f'{candidate} is not a readable wheel (truncated or corrupt); '
+            'remove it, or replace it with the released wheel.')
+      logging.warning('Downloading %s again: the cached copy is truncated '
+                      'or corrupt.', name)
+      break
   if not download:
     raise errors.EnvironmentProblem(
         f'{name} not found in {", ".join((*extra_dirs, cache))}.')
@@ -106,6 +121,15 @@ def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
         f'Cannot download {name} into the cache {cache}: {e}. Pass '
         '--wheel_dir, or set JAX_INTERPRET_PATCHES_CACHE to a writable '
         'directory.') from e
+
+
+def _readable_zip(path: str) -> bool:
+  """Whether ``path`` opens as a zip archive (its central directory reads)."""
+  try:
+    with zipfile.ZipFile(path):
+      return True
+  except (OSError, zipfile.BadZipFile):
+    return False
 
 
 def _download(version: str, cache: str) -> str:
@@ -145,18 +169,26 @@ def extract(wheel: str, members, dest: str) -> list[str]:
 
   Returns:
     The members that were present and extracted.
+
+  Raises:
+    EnvironmentProblem: the wheel is corrupt (e.g. a bad CRC).
   """
   out = []
-  with zipfile.ZipFile(wheel) as zf:
-    names = set(zf.namelist())
-    for f in members:
-      if f not in names:
-        continue
-      target = os.path.join(dest, *f.split('/'))
-      os.makedirs(os.path.dirname(target), exist_ok=True)
-      with zf.open(f) as src, open(target, 'wb') as out_f:
-        shutil.copyfileobj(src, out_f)
-      out.append(f)
+  try:
+    with zipfile.ZipFile(wheel) as zf:
+      names = set(zf.namelist())
+      for f in members:
+        if f not in names:
+          continue
+        target = os.path.join(dest, *f.split('/'))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with zf.open(f) as src, open(target, 'wb') as out_f:
+          shutil.copyfileobj(src, out_f)
+        out.append(f)
+  except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+    raise errors.EnvironmentProblem(
+        f'{wheel} is not a readable wheel ({e}); remove it, or replace it '
+        'with the released wheel.') from e
   return out
 
 

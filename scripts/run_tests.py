@@ -2,8 +2,8 @@
 
 Each file in `tests/pallas/` runs in its own pytest process, as upstream runs
 each file as its own test target: files that request several CPU devices
-cannot share a process with files that need one. The migration tests and
-ruff run once each. Each stage starts with `== NAME` and ends with
+cannot share a process with files that need one. The migration tests, the
+jax_fork tests and ruff run once each. Each stage starts with `== NAME` and ends with
 `== NAME: N passed, N failed, N skipped (S s; total T s)`; the last line is
 `tests: N passed, N failed, N skipped`, the sum of the stages.
 
@@ -15,8 +15,8 @@ failed subtest fails its test). ruff counts as one test.
 Usage: python scripts/run_tests.py [--scope=all|kernels] [-- PYTEST_ARGS...]
 
 --scope=kernels runs only the interpreter tests and the examples (what
-differs between jax releases of one minor line); all adds the migration
-tool's tests and ruff.
+differs between jax releases of one minor line); all adds the tests of the
+migration tool and of the maintainers' jax_fork, and ruff.
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ def main(argv: list[str]) -> int:
   targets = sorted((ROOT / 'tests' / 'pallas').glob('*_test.py'))
   if _SCOPE.value == 'all':
     targets.append(ROOT / 'tests' / 'migration')
+    targets.append(ROOT / 'tests' / 'jax_fork')
   targets.append(ROOT / 'tests' / 'examples_test.py')
   passed = failed = skipped = 0
   run_start = time.monotonic()

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Tests the migration tool on the oldest Python it supports (3.10, the
 # requires-python of pyproject.toml): `pip install .` into a fresh venv, the
-# installed command's --help, then the fault-injection suite, the scratch
-# folder sweep's tests and the manifest and compatibility tests with that
-# Python. jax itself needs a
+# installed command's --help, then the fault-injection suites, the scratch
+# folder sweep's tests, the manifest and compatibility tests and the layout
+# test (both CLIs' --help; migration imports no jax_fork) with that Python.
+# jax itself needs a
 # newer Python; the tool never imports it, so the tests install its wheel
 # with --ignore-requires-python.
 #
@@ -33,5 +34,7 @@ rm -rf build
 "$venv/bin/jax-interpret-patches" --help > /dev/null
 echo "installed the tool into $venv: $("$venv/bin/python" --version)"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/migration/fault_test.py tests/migration/scratch_test.py \
-  tests/migration/manifest_test.py tests/migration/compat_test.py
+  tests/migration/fault_test.py tests/migration/state_fault_test.py \
+  tests/migration/output_fault_test.py tests/migration/scratch_test.py \
+  tests/migration/manifest_test.py tests/migration/compat_test.py \
+  tests/migration/layout_test.py

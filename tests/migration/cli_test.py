@@ -28,6 +28,7 @@ sys.path.insert(0, REPO)
 
 from migration import hunks  # noqa: E402
 from migration import manifest as manifest_lib  # noqa: E402
+from jax_fork import manifest_gen  # noqa: E402
 from migration import transaction  # noqa: E402
 from migration import wheels  # noqa: E402
 
@@ -118,7 +119,7 @@ class MigrationCliTest(absltest.TestCase):
 
   def test_usage_error(self):
     proc = self.run_tool('frobnicate', expect=2)
-    self.assertIn('status, check, apply, revert, wheel, fork, refresh',
+    self.assertIn('out of status, check, apply, revert, wheel; got',
                   proc.stderr)
     self.run_tool('status', '--no_such_flag', expect=2)
 
@@ -436,7 +437,7 @@ class MigrationCliTest(absltest.TestCase):
     proc = self.run_tool('apply', target, '--dry-run', python=sys.executable)
     self.assertIn('Dry run', proc.stdout)
     self.assertPristine()
-    self.assertFalse(os.path.exists(self.state_dir))
+    self.assertFalse(os.path.exists(self.venv.state_root))
     self.run_tool('apply', target, python=sys.executable)
     self.assertEqual(self.status_json()['state'], 'patched')
     self.run_tool('revert', target, python=sys.executable)
@@ -463,7 +464,7 @@ class MigrationCliTest(absltest.TestCase):
     self.assertFalse(data['changed'])
     self.assertEqual(sorted(data['files_changed']), sorted(self.files))
     self.assertPristine()
-    self.assertFalse(os.path.exists(self.state_dir))
+    self.assertFalse(os.path.exists(self.venv.state_root))
     self.run_tool('apply')
     patched = self.snapshot()
     self.run_tool('revert', '--dry-run')
@@ -514,7 +515,7 @@ class MigrationCliTest(absltest.TestCase):
     patches = os.path.join(self.root, 'upstream-patches')
     shutil.rmtree(patches, ignore_errors=True)
     shutil.copytree(PATCHES, patches)
-    manifest_lib.generate(patches, wheel_dirs=(wheel_dir,))
+    manifest_gen.generate(patches, wheel_dirs=(wheel_dir,))
     loaded = manifest_lib.load(patches)
     self.assertEqual(loaded.series[self.series.name].upstream[VERSION],
                      (first.name,))

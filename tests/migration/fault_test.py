@@ -85,6 +85,7 @@ class FaultTest(absltest.TestCase):
                                      with_pip=False)
     cls.root, cls.python, cls.site = venv.root, venv.python, venv.site
     cls.state_dir, cls.deps = venv.state_dir, venv.deps
+    cls.state_root = venv.state_root
     cls.jax_dir = os.path.join(cls.site, 'jax')
     # The expected ends, computed independently of the tool: pristine from
     # jax's RECORD, patched by git apply of the series on the wheel's files.
@@ -142,7 +143,7 @@ class FaultTest(absltest.TestCase):
   def snapshot_outside(self) -> dict[str, tuple]:
     """Everything under the test's root but site-packages/jax, the state
     directory and $TMPDIR."""
-    return _tree(self.root, (self.jax_dir, self.state_dir, self.tmp))
+    return _tree(self.root, (self.jax_dir, self.state_root, self.tmp))
 
   def run_tool(self, *args: str, env: dict[str, str] | None = None,
                expect: int | None = 0) -> subprocess.CompletedProcess[str]:
@@ -191,7 +192,7 @@ class FaultTest(absltest.TestCase):
   def leftovers(self) -> list[str]:
     """The tool's temporary files and journal, and $TMPDIR's contents."""
     out = []
-    for top in (self.jax_dir, self.state_dir):
+    for top in (self.jax_dir, self.state_root):
       for d, _, files in os.walk(top):
         out += [os.path.join(d, f) for f in files
                 if f.startswith(fsutil.TMP_PREFIX)]
@@ -504,6 +505,7 @@ class FaultTest(absltest.TestCase):
   def test_disk_full_in_state_directory(self):
     os.makedirs(self.state_dir)
     self._tmpfs(self.state_dir, '256k')
+    os.chmod(self.state_dir, 0o700)  # A tmpfs is 1777: not private.
     self._fill(self.state_dir, 0)
     self.outside = self.snapshot_outside()
     proc = self.run_tool('apply', expect=5)

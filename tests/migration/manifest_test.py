@@ -24,6 +24,7 @@ sys.path.insert(0, REPO)
 from migration import errors  # noqa: E402
 from migration import gitapply  # noqa: E402
 from migration import manifest as manifest_lib  # noqa: E402
+from jax_fork import manifest_gen  # noqa: E402
 from migration import wheels  # noqa: E402
 
 PATCHES = os.path.join(REPO, 'patches')
@@ -129,10 +130,10 @@ class ManifestTest(absltest.TestCase):
   def test_manifest_is_up_to_date(self):
     with open(os.path.join(PATCHES, manifest_lib.MANIFEST)) as f:
       committed = json.load(f)
-    regenerated = manifest_lib.generate(self.copy_patches())
+    regenerated = manifest_gen.generate(self.copy_patches())
     self.assertEqual(regenerated, committed,
                      'patches/manifest.json is stale; run '
-                     '`python -m migration manifest`.')
+                     '`python -m jax_fork manifest`.')
 
   def test_load_rejects_edited_series(self):
     patches = self.copy_patches()
@@ -140,7 +141,7 @@ class ManifestTest(absltest.TestCase):
     name = next(iter(series))
     with open(os.path.join(patches, name, 'series'), 'w') as f:
       f.write(series[name].patches[0].name + '\n')
-    with self.assertRaisesRegex(errors.PatchDataError, 'migration manifest'):
+    with self.assertRaisesRegex(errors.PatchDataError, 'jax_fork manifest'):
       manifest_lib.load(patches)
 
   def test_conflict_reports_gits_message_and_changes_nothing(self):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import shutil
 import subprocess
@@ -29,12 +30,15 @@ class JaxVenv:
     root: the temporary directory holding it; remove it when done.
     python: the venv's Python.
     site: its site-packages (purelib), where jax is installed.
-    state_dir: the tool's state directory for it, beside site-packages.
+    state_root: the tool's state root for it, beside site-packages.
+    state_dir: the state folder of its install in the root (see
+      ``migration/statedir.py``): lock, journal, record, backup.
     deps: the directory to put on ``PYTHONPATH`` for absl and filelock.
   """
   root: str
   python: str
   site: str
+  state_root: str
   state_dir: str
   deps: str
 
@@ -59,7 +63,7 @@ class JaxVenv:
         os.remove(self.path(relpath))
       with open(self.path(relpath), 'wb') as f:
         f.write(data)
-    shutil.rmtree(self.state_dir, ignore_errors=True)
+    shutil.rmtree(self.state_root, ignore_errors=True)
     subprocess.run([self.python, '-m', 'compileall', '-q',
                     *sorted({os.path.dirname(self.path(p)) for p in files})],
                    capture_output=True, check=False)
@@ -99,7 +103,14 @@ def make(prefix: str, wheel: str, with_pip: bool) -> JaxVenv:
   for mod in (absl, filelock):
     src = os.path.dirname(mod.__file__)
     os.symlink(src, os.path.join(deps, os.path.basename(src)))
-  return JaxVenv(root=root, python=python, site=site,
-                 state_dir=os.path.join(os.path.dirname(site),
-                                        '.jax-interpret-patches'),
-                 deps=deps)
+  state_root = os.path.join(os.path.dirname(site), '.jax-interpret-patches')
+  return JaxVenv(root=root, python=python, site=site, state_root=state_root,
+                 state_dir=install_state_dir(state_root, site), deps=deps)
+
+
+def install_state_dir(state_root: str, site: str) -> str:
+  """The state folder of the jax in ``site`` under ``state_root``: named by
+  the sha256 of site-packages/jax, links resolved (computed here, not by the
+  tool's code)."""
+  jax = os.fsencode(os.path.realpath(os.path.join(site, 'jax')))
+  return os.path.join(state_root, hashlib.sha256(jax).hexdigest()[:16])

@@ -16,8 +16,8 @@
 
 The tests run on every jax release the patch series serves (0.7.2 and newer).
 What only older releases need is fenced by `# Older jax releases: begin.` and
-`# Older jax releases: end.`; `python -m migration export-upstream` replaces
-each fence by its `# At jax HEAD:` lines (see `migration/upstream.py`).
+`# Older jax releases: end.`; `python -m jax_fork export-upstream` replaces
+each fence by its `# At jax HEAD:` lines (see `jax_fork/upstream.py`).
 """
 
 import contextlib
@@ -105,7 +105,7 @@ class InterpretTestCase(jtu.JaxTestCase):
   """A test case like upstream's `InterpretTest`, with a hang guard.
 
   Each test class of this directory holds the tests of one patch of the
-  series; `python -m migration export-upstream` copies its test methods (and
+  series; `python -m jax_fork export-upstream` copies its test methods (and
   helper methods), unchanged but for the code fenced for older releases, into
   upstream's `InterpretTest` class. What upstream's class does in `setUp`
   is done here; the hang guard (`fail_instead_of_hanging`) is ours only.
@@ -209,7 +209,7 @@ def tpu_v6e() -> jax.sharding.AbstractDevice:
 # Older jax releases: begin.
 # Shims for the public APIs that older jax releases lack or name differently.
 # export-upstream writes their HEAD equivalents where they are used
-# (HEAD_EQUIVALENTS in migration/upstream.py).
+# (HEAD_EQUIVALENTS in jax_fork/upstream.py).
 
 
 def _set_failed(error: Exception) -> None:

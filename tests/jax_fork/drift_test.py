@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from migration import drift  # noqa: E402
+from jax_fork import drift  # noqa: E402
 from migration import manifest as manifest_lib  # noqa: E402
 
 PATCHES = os.path.join(REPO, 'patches')
@@ -62,7 +62,7 @@ class DriftTest(absltest.TestCase):
     baseline = drift.load_baseline(manifest)
     new = [(d.series, d.subject) for d in drift.compare(manifest)
            if drift.status(d, baseline) == 'new']
-    self.assertEqual(new, [], 'run python -m migration drift')
+    self.assertEqual(new, [], 'run python -m jax_fork drift')
 
   def test_an_uncarried_line_is_new_drift_and_update_records_it(self):
     tmp = tempfile.mkdtemp(prefix='drift-test-')
@@ -106,7 +106,7 @@ class DriftTest(absltest.TestCase):
     self.assertFalse([d for d in drift.compare(manifest)
                       if drift.status(d, baseline) == 'new'])
     proc = subprocess.run(
-        [sys.executable, '-m', 'migration', 'drift',
+        [sys.executable, '-m', 'jax_fork', 'drift',
          f'--patches_dir={patches}', f'--series={others[0]}'],
         env=dict(os.environ, PYTHONPATH=REPO), capture_output=True,
         text=True, check=False)

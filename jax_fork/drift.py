@@ -11,7 +11,7 @@ the newest series are its drift.
 
 The known drift is recorded in ``patches/drift.json`` (per series and
 patch: the line counts and a sha256 of the differing lines). ``python -m
-migration drift`` prints the table and fails (exit code 7) on drift not in
+jax_fork drift`` prints the table and fails (exit code 7) on drift not in
 that baseline, e.g. a fix made on the newest branch and not carried to the
 others; ``drift --update`` records the current drift after a maintainer has
 reviewed it. A fix carried to every series with the same added and removed

@@ -27,7 +27,7 @@ import os
 import re
 
 from migration import errors
-from migration import fork
+from jax_fork import fork
 from migration import hunks as hunks_lib
 from migration import manifest as manifest_lib
 
@@ -296,7 +296,7 @@ def carry(manifest: manifest_lib.Manifest, fork_dir: str, revs: list[str],
       subject = subjects[0].split('! ', 1)[-1]
       target = _commit_with_subject(fork_dir, bases[branch], branch, subject)
       if rest:
-        then = (f'then carry to the rest:\n  python -m migration carry {ids} '
+        then = (f'then carry to the rest:\n  python -m jax_fork carry {ids} '
                 f'--onto={",".join(rest)}')
       elif on_source:
         then = (f'then fold the fix on {source}:\n  git checkout {source} && '

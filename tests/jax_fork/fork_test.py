@@ -47,7 +47,7 @@ class _ForkCase(absltest.TestCase):
   def run_tool(self, *args, expect=0, env=None):
     full_env = dict(os.environ, PYTHONPATH=REPO, **(env or {}))
     proc = subprocess.run(
-        [sys.executable, '-m', 'migration', *args,
+        [sys.executable, '-m', 'jax_fork', *args,
          f'--patches_dir={self.patches}'],
         cwd=self.tmp, env=full_env, capture_output=True, text=True,
         check=False)
@@ -107,7 +107,7 @@ class ForkTest(_ForkCase):
 
   def test_bad_inputs(self):
     proc = self.run_tool('refresh', expect=2)
-    self.assertIn('run `python -m migration fork` first', proc.stderr)
+    self.assertIn('run `python -m jax_fork fork` first', proc.stderr)
     self.run_tool('fork', '--version=0.6.0', expect=3)
     self.assertFalse(os.path.exists(os.path.join(self.fork, 'jax')))
     proc = self.run_tool('fork', env={'PATH': self.tmp}, expect=5)
@@ -249,7 +249,7 @@ class ForkAllTest(_ForkCase):
 
   def test_carry_and_refresh_all_bad_inputs(self):
     proc = self.run_tool('refresh', '--all', expect=2)
-    self.assertIn('run `python -m migration fork` first', proc.stderr)
+    self.assertIn('run `python -m jax_fork fork` first', proc.stderr)
     self.run_tool('fork')  # One series only.
     proc = self.run_tool('refresh', '--all', expect=2)
     self.assertIn('fork --all', proc.stderr)

@@ -335,7 +335,7 @@ def merge_patch(worktree: str, before: dict[str, str],
         raise errors.ConflictError(
             f'{patch.name}: {f} does not merge cleanly onto the '
             f'checkout ({proc.returncode} conflict(s)); rebase the series '
-            'onto it by hand (python -m migration fork).')
+            'onto it by hand (python -m jax_fork fork).')
       with open(os.path.join(worktree, f), 'w', encoding='utf-8') as fh:
         fh.write(proc.stdout)
 

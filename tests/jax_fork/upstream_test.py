@@ -29,7 +29,7 @@ sys.path.insert(0, REPO)
 
 from migration import errors  # noqa: E402
 from migration import manifest as manifest_lib  # noqa: E402
-from migration import upstream  # noqa: E402
+from jax_fork import upstream  # noqa: E402
 from migration import wheels  # noqa: E402
 
 VERSION = '0.12.0.1'

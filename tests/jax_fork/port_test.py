@@ -109,8 +109,10 @@ class PortTest(absltest.TestCase):
     shutil.copyfile(os.path.join(REPO, 'README.md'), self.readme)
 
   def run_tool(self, *args, expect=0):
+    # check is python -m migration's command; the others python -m jax_fork's.
+    tool = 'migration' if args[0] == 'check' else 'jax_fork'
     proc = subprocess.run(
-        [sys.executable, '-m', 'migration', *args,
+        [sys.executable, '-m', tool, *args,
          f'--patches_dir={self.patches}', f'--wheel_dir={self.wheel_dir}'],
         cwd=self.tmp, env=dict(os.environ, PYTHONPATH=REPO),
         capture_output=True, text=True, check=False)

@@ -25,6 +25,7 @@ import zipfile
 from migration import errors
 from migration import gitapply
 from migration import manifest as manifest_lib
+from jax_fork import manifest_gen
 from migration import wheels
 
 PACKAGE_DIR = 'jax'  # Holds the repository's .git; ignored by this repo.
@@ -210,7 +211,7 @@ def _require_clean(fork_dir: str) -> None:
 def _require_fork(fork_dir: str) -> None:
   if not os.path.isdir(os.path.join(fork_dir, PACKAGE_DIR, '.git')):
     raise errors.UsageError(
-        f'No fork in {fork_dir}; run `python -m migration fork` first.')
+        f'No fork in {fork_dir}; run `python -m jax_fork fork` first.')
 
 
 def _format_series(fork_dir: str, version: str, rev: str,
@@ -314,7 +315,7 @@ def refresh(manifest: manifest_lib.Manifest, fork_dir: str,
     staged = os.path.join(tmp, 'patches')
     shutil.copytree(patches_dir, staged)
     old = _stage_series(staged, series.name, out, names)
-    manifest_lib.generate(staged, wheel_dirs=wheel_dirs)
+    manifest_gen.generate(staged, wheel_dirs=wheel_dirs)
     install_staged(patches_dir, staged, {series.name: old})
   return ForkInfo(fork_dir, version, series.name, tuple(names))
 
@@ -398,7 +399,7 @@ def series_branches(manifest: manifest_lib.Manifest,
   if missing:
     raise errors.UsageError(
         f'{fork_dir} has no branch for {", ".join(missing)}; it was not '
-        f'made by `python -m migration fork --all`.')
+        f'made by `python -m jax_fork fork --all`.')
   return [(s, _upstream_tag(fork_dir, s.name)) for s in _by_base(manifest)]
 
 
@@ -437,6 +438,6 @@ def refresh_all(manifest: manifest_lib.Manifest, fork_dir: str,
       names = _format_series(fork_dir, version, s.name, new)
       olds[s.name] = _stage_series(staged, s.name, new, names)
       out.append(ForkInfo(fork_dir, version, s.name, tuple(names)))
-    manifest_lib.generate(staged, wheel_dirs=wheel_dirs)
+    manifest_gen.generate(staged, wheel_dirs=wheel_dirs)
     install_staged(patches_dir, staged, olds)
   return out

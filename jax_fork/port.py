@@ -29,12 +29,13 @@ import shutil
 import tempfile
 import textwrap
 
-from migration import carry
+from jax_fork import carry
 from migration import check
 from migration import compat
 from migration import errors
-from migration import fork
+from jax_fork import fork
 from migration import manifest as manifest_lib
+from jax_fork import manifest_gen
 from migration import wheels
 
 
@@ -74,7 +75,7 @@ def _note(source: manifest_lib.Series, nearest: str, version: str,
          check.Fit.CONFLICT: 'rebased with a 3-way merge'}
   lines = textwrap.wrap(
       f'Ported from {source.name} (jax {nearest}) onto jax {version}\'s '
-      f'released files by `python -m migration port` (git cherry-pick, a '
+      f'released files by `python -m jax_fork port` (git cherry-pick, a '
       f'3-way merge):', 76)
   for f in fits:
     lines.append(f'  {f.name.split("-", 1)[0]} {how[f.fit]}.')
@@ -188,7 +189,7 @@ def port(manifest: manifest_lib.Manifest, version: str,
     shutil.copytree(patches_dir, staged)
     if exact:
       series_name = source.name
-      manifest_lib.generate(
+      manifest_gen.generate(
           staged, serve={source.name: [*source.hashes, version]},
           wheel_dirs=wheel_dirs)
       changed = {}
@@ -209,7 +210,7 @@ def port(manifest: manifest_lib.Manifest, version: str,
                 encoding='utf-8') as f:
         f.write('\n'.join([*_note(source, nearest, version, fits), *names])
                 + '\n')
-      manifest_lib.generate(staged, serve={name: [version]},
+      manifest_gen.generate(staged, serve={name: [version]},
                             wheel_dirs=wheel_dirs)
       changed = {name: []}
     new_manifest = manifest_lib.load(staged)
@@ -236,9 +237,9 @@ def port(manifest: manifest_lib.Manifest, version: str,
   if not exact:
     todo.append(f'Review {os.path.join(patches_dir, name)} (its series '
                 f'note says what was rebased), then recreate the fork: '
-                f'python -m migration fork --all')
+                f'python -m jax_fork fork --all')
   todo.append('Check the drift between series (CI runs it): python -m '
-              'migration drift')
+              'jax_fork drift')
   todo.append('Add the release to RELEASE_NOTES.md; commit patches/ and '
               'README.md')
   return PortResult(version, nearest, source.name, series_name, not exact,

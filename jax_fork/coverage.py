@@ -1,0 +1,335 @@
+"""Coverage of upstream's hardware TPU Pallas tests by TPU interpret mode.
+
+Runs upstream's TPU test files (``DEFAULT_FILES``) from a jax checkout on
+CPU, as if on a chosen TPU, with every ``pallas_call`` interpreted: one
+pytest process per file, with ``coverage_plugin`` (see there for how the
+tests are made to see a TPU; upstream's files are never edited) and a
+timeout per test. The plugin records each test's outcome and, for a
+failure, the exception, the test file's statements in its traceback and
+the test's source; this module classifies every test as
+
+- ``passed``, ``skipped``;
+- ``hardware-only``: the failure is a check of Mosaic's lowering or
+  compilation (``HARDWARE_ONLY`` says which failures those are), not a
+  gap of the interpreter;
+- ``timed out``: the plugin's alarm stopped it, or it hung where a signal
+  cannot reach it (inside XLA) and the process was killed ``GRACE_S``
+  seconds later; the file's remaining tests then run in a new process;
+- ``failed``, by cause: the exception's type and its message's first line,
+  normalised (numbers and addresses replaced), so that tests that fail for
+  one reason count together.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from migration import errors
+
+# The simulated TPUs: --tpu NAME -> (device kind, TensorCores per device),
+# as jax.devices() reports them on that TPU (jax/_src/tpu_info.py).
+TPUS = {
+    'v4': ('TPU v4', 2),
+    'v5e': ('TPU v5 lite', 1),
+    'v5p': ('TPU v5', 2),
+    'v6e': ('TPU v6 lite', 1),
+}
+# Upstream's hardware TPU Pallas test files (relative to the checkout).
+DEFAULT_FILES = tuple('tests/pallas/' + f for f in (
+    'tpu_pallas_test.py', 'tpu_pallas_async_test.py',
+    'tpu_pallas_state_test.py', 'tpu_pallas_distributed_test.py',
+    'tpu_sparsecore_pallas_test.py', 'tpu_pallas_pipeline_test.py',
+    'tpu_ops_test.py', 'tpu_pallas_memory_space_test.py',
+    'tpu_pallas_random_test.py', 'tpu_paged_attention_kernel_test.py',
+    'tpu_ragged_paged_attention_test.py',
+    'tpu_splash_attention_kernel_test.py',
+    'tpu_splash_attention_kernel_sharded_test.py',
+    'tpu_splash_attention_mask_test.py', 'tpu_gmm_test.py'))
+GRACE_S = 60
+STARTUP_S = 300  # For pytest to import and collect a file.
+STATUSES = ('passed', 'skipped', 'hardware-only', 'failed', 'timed out')
+_PLUGIN = 'jax_fork_coverage_plugin'
+
+# A failure is hardware-only when one of these holds: (reason, exception
+# types, regex over the test method's source, regex over the failing
+# statements and the message). An interpreter error while tracing (a
+# NotImplementedError under `.lower(...)`) is a gap, and so is a wrong value.
+_LOWERS = re.compile(r'\.lower\(|\.compile\(|as_text\(|compiler_ir\(|'
+                     r'tpu_custom_call|mlir', re.I)
+HARDWARE_ONLY = (
+    ('checks the lowered or compiled kernel', ('AssertionError',), _LOWERS,
+     re.compile(r'^(?![\s\S]*(Mismatched elements|Not equal to tolerance|'
+                r'Arrays are not))')),
+    ('expects a Mosaic compile error', ('AssertionError',), re.compile(''),
+     re.compile(r'(not raised|does not match)[\s\S]*'
+                r'(mosaic|lower|compil|mlir)', re.I)),
+    ('needs Mosaic', ('MosaicError', 'LoweringException'), re.compile(''),
+     re.compile('')),
+)
+_CALLBACK = 'Traceback (most recent call last)'
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  """One test's result: ``status`` of ``STATUSES`` and, unless passed or
+  skipped, ``cause`` (a normalised exception, or why it is hardware-only)."""
+  file: str
+  test: str
+  status: str
+  cause: str = ''
+  seconds: float = 0.0
+
+
+def normalise(error: str, message: str) -> str:
+  """``Type: first line of message``, numbers as N, addresses elided.
+
+  For an error raised in a callback (XLA's message holds its traceback),
+  the traceback's last line.
+  """
+  lines = [s.strip() for s in message.splitlines() if s.strip()]
+  if _CALLBACK in message:  # An error inside the interpreter's callback.
+    error, lines = f'{error} in a callback', lines[-1:]
+  line = re.sub(r'\b0x[0-9a-f]+', '<address>', lines[0] if lines else '')
+  line = re.sub(r'\d+', 'N', line)
+  return f'{error}: {line[:100]}' if line else error
+
+
+def classify(records: list[dict]) -> tuple[str, str]:
+  """The status and cause of one test from the plugin's records of it."""
+  failures = [r for r in records if r['outcome'] == 'failed']
+  if not failures:
+    skipped = [r for r in records if r['outcome'] == 'skipped']
+    return ('skipped', skipped[0].get('message', '')) if skipped else (
+        'passed', '')
+  first = failures[0]
+  if first.get('error') in ('timeout', 'killed'):
+    return 'timed out', first['message']
+  text = '\n'.join(first.get('statements', []) + [first['message']])
+  for reason, types, source, failure in HARDWARE_ONLY:
+    if (first.get('error') in types and source.search(first.get('source', ''))
+        and failure.search(text)):
+      return 'hardware-only', reason
+  return 'failed', normalise(first.get('error', 'error'), first['message'])
+
+
+def _read(log: str) -> tuple[list[str], dict[str, list[dict]]]:
+  started, records = [], collections.defaultdict(list)
+  if os.path.exists(log):
+    with open(log, encoding='utf-8') as f:
+      for line in f:
+        if not line.endswith('\n'):  # Being written.
+          break
+        record = json.loads(line)
+        if 'start' in record:
+          started.append(record['start'])
+        else:
+          records[record['nodeid']].append(record)
+  return started, records
+
+
+def _run_file(python: str, jax_repo: str, path: str, env: dict[str, str],
+              args: list[str], timeout: float, grace: float,
+              work: str) -> list[Outcome]:
+  """Runs one test file, again without the tests reached after a kill."""
+  log = os.path.join(work, 'log.jsonl')
+  exclude = os.path.join(work, 'exclude')
+  stderr_path = os.path.join(work, 'stderr')
+  for p in (log, exclude):
+    if os.path.exists(p):
+      os.remove(p)
+  env = dict(env, JAX_FORK_COVERAGE_LOG=log)
+  excluded = set()
+  while True:
+    with open(stderr_path, 'w', encoding='utf-8') as stderr:
+      proc = subprocess.Popen(  # pylint: disable=consider-using-with
+          [python, '-m', 'pytest', '-p', _PLUGIN, '-p', 'no:cacheprovider',
+           '-q', *args, path], cwd=jax_repo,
+          env=env, stdout=subprocess.DEVNULL, stderr=stderr,
+          start_new_session=True)
+    size, since = -1, time.monotonic()
+    while proc.poll() is None:
+      time.sleep(0.5)
+      now = os.path.getsize(log) if os.path.exists(log) else 0
+      if now != size:
+        size, since = now, time.monotonic()
+        continue
+      started, records = _read(log)
+      new = [t for t in started if t not in excluded]
+      if time.monotonic() - since <= (timeout + grace if new else
+                                      max(timeout + grace, STARTUP_S)):
+        continue
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()
+      if not new:
+        raise errors.EnvironmentProblem(
+            f'pytest ran no test of {path} in {STARTUP_S} s with {python}.')
+      if started[-1] not in records:
+        with open(log, 'a', encoding='utf-8') as f:
+          f.write(json.dumps({
+              'nodeid': started[-1], 'when': 'call', 'outcome': 'failed',
+              'error': 'killed',
+              'message': f'hang: killed after {timeout + grace:g} s'}) + '\n')
+      excluded = set(started)
+      with open(exclude, 'w', encoding='utf-8') as f:
+        f.write('\n'.join(started))
+      env['JAX_FORK_COVERAGE_EXCLUDE'] = exclude
+      break
+    else:
+      started, records = _read(log)
+      if proc.returncode not in (0, 1, 5) and not records:
+        with open(stderr_path, encoding='utf-8', errors='replace') as f:
+          stderr = f.read().strip()[-1500:]
+        raise errors.EnvironmentProblem(
+            f'pytest could not run {path} with {python} (exit code '
+            f'{proc.returncode}): {stderr}')
+      return [Outcome(path, test, *classify(rs),
+                      seconds=round(sum(r.get('duration', 0) for r in rs), 2))
+              for test, rs in records.items()]
+
+
+def run(jax_repo: str, python: str, tpu: str = 'v6e',
+        files: tuple[str, ...] = DEFAULT_FILES, keyword: str | None = None,
+        timeout: float = 60, devices: int = 4,
+        grace: float = GRACE_S) -> list[Outcome]:
+  """Runs upstream's test ``files`` of ``jax_repo`` as if on TPU ``tpu``.
+
+  Args:
+    jax_repo: a jax checkout (its ``jax`` package is what runs).
+    python: a Python with pytest and the jaxlib the checkout needs.
+    tpu: a key of ``TPUS``.
+    files: test files, relative to ``jax_repo`` (a bare name: in
+      ``tests/pallas``).
+    keyword: pytest's ``-k`` expression, or None for every test.
+    timeout: seconds each test may take.
+    devices: the number of CPU devices (``JAX_NUM_CPU_DEVICES``), the chips
+      the distributed tests see.
+    grace: seconds after ``timeout`` before a test that the alarm did not
+      stop is killed.
+
+  Returns:
+    One ``Outcome`` per test, in the order run.
+
+  Raises:
+    errors.UsageError: an unknown ``tpu``, or a file that does not exist.
+    errors.EnvironmentProblem: no ``python``, or pytest cannot run a file
+      at all.
+  """
+  if tpu not in TPUS:
+    raise errors.UsageError(
+        f'Unknown --tpu {tpu}; one of {", ".join(TPUS)}.')
+  files = tuple(f if os.sep in f else os.path.join('tests', 'pallas', f)
+                for f in files)
+  missing = [f for f in files if not os.path.isfile(os.path.join(jax_repo, f))]
+  if missing:
+    raise errors.UsageError(
+        f'No {", ".join(missing)} in the jax checkout {jax_repo}.')
+  found = shutil.which(python)
+  if not found:
+    raise errors.EnvironmentProblem(f'No Python {python} to run the tests.')
+  python = os.path.abspath(found)
+  kind, cores = TPUS[tpu]
+  work = tempfile.mkdtemp(prefix='jax-fork-coverage-')
+  try:
+    shutil.copy(os.path.join(os.path.dirname(__file__), 'coverage_plugin.py'),
+                os.path.join(work, _PLUGIN + '.py'))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join((jax_repo, work)),
+               JAX_FORK_COVERAGE_TPU=f'{kind},{cores}',
+               JAX_FORK_COVERAGE_TIMEOUT=f'{timeout:g}',
+               JAX_NUM_CPU_DEVICES=str(devices), PYTHONDONTWRITEBYTECODE='1')
+    args = ['-k', keyword] if keyword else []
+    outcomes = []
+    for path in files:
+      outcomes += _run_file(python, jax_repo, path, env, args, timeout,
+                            grace, work)
+    return outcomes
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def file_rows(outcomes: list[Outcome]) -> list[dict]:
+  """Per file: total, a count per status, and the pass rate in percent of
+  the tests neither skipped nor hardware-only (None if there are none)."""
+  rows = {}
+  for o in outcomes:
+    row = rows.setdefault(o.file, dict.fromkeys(('total',) + STATUSES, 0))
+    row['total'] += 1
+    row[o.status] += 1
+  out = []
+  for path, row in rows.items():
+    counted = row['total'] - row['skipped'] - row['hardware-only']
+    rate = round(100 * row['passed'] / counted, 1) if counted else None
+    out.append({'file': path, **row, 'pass_rate': rate})
+  return out
+
+
+def cause_rows(outcomes: list[Outcome]) -> list[dict]:
+  """Failures, timeouts and hardware-only tests grouped by cause, largest
+  group first."""
+  groups = collections.defaultdict(list)
+  for o in outcomes:
+    if o.status in ('failed', 'timed out', 'hardware-only'):
+      groups[(o.status, o.cause)].append(o)
+  return [{'status': s, 'cause': c, 'tests': len(g),
+           'files': sorted({os.path.basename(o.file) for o in g}),
+           'example': g[0].test}
+          for (s, c), g in sorted(groups.items(), key=lambda i: -len(i[1]))]
+
+
+def table_text(outcomes: list[Outcome]) -> str:
+  """The per-file table, a total row, and the per-cause table."""
+  rows = file_rows(outcomes)
+  if len(rows) > 1:
+    total = file_rows([dataclasses.replace(o, file='total')
+                       for o in outcomes])
+    rows += total
+  head = ('file', 'total', 'passed', 'skipped', 'hw-only', 'failed',
+          'timed out', 'pass rate')
+  body = [(os.path.basename(r['file']), *(str(r[k]) for k in
+           ('total',) + STATUSES),
+           '-' if r['pass_rate'] is None else f'{r["pass_rate"]}%')
+          for r in rows]
+  widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+  lines = ['  '.join(x[i].ljust(widths[i]) if i == 0 else x[i].rjust(widths[i])
+                     for i in range(len(head))) for x in [head, *body]]
+  lines.append('pass rate: passed / (total - skipped - hardware-only)')
+  causes = cause_rows(outcomes)
+  if causes:
+    lines += ['', 'tests  status         cause (files)']
+    lines += [f'{c["tests"]:5}  {c["status"]:13}  {c["cause"]} '
+              f'({", ".join(c["files"])})' for c in causes]
+  return '\n'.join(lines)
+
+
+def to_json(outcomes: list[Outcome], **info) -> dict:
+  """The machine-readable report: ``info``, files, causes and tests."""
+  return {**info, 'files': file_rows(outcomes), 'causes': cause_rows(outcomes),
+          'tests': [dataclasses.asdict(o) for o in outcomes]}
+
+
+def jax_commit(jax_repo: str) -> str | None:
+  """The checkout's HEAD commit, ``+modified`` appended if tracked files
+  differ from it (a stack applied with ``git apply``), or None if it is not
+  a git repository."""
+  head = subprocess.run(['git', '-C', jax_repo, 'rev-parse', 'HEAD'],
+                        capture_output=True, text=True, check=False)
+  if head.returncode:
+    return None
+  status = subprocess.run(
+      ['git', '-C', jax_repo, 'status', '--porcelain', '--untracked-files=no'],
+      capture_output=True, text=True, check=False)
+  return head.stdout.strip() + ('+modified' if status.stdout.strip() else '')
+
+
+def default_python() -> str:
+  """The Python that runs the tests unless --test_python says otherwise."""
+  return sys.executable

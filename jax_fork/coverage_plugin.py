@@ -1,0 +1,193 @@
+"""A pytest plugin: upstream's TPU Pallas tests on CPU, as if on a TPU.
+
+``python -m jax_fork coverage`` copies this file into a temporary directory
+on ``PYTHONPATH`` and loads it with ``pytest -p``; upstream's test files are
+run as they are, never edited. From the outside it
+
+- makes the tests see a TPU: ``jax_test_dut=tpu`` (so
+  ``jtu.test_device_matches(["tpu"])`` holds), ``jtu.is_device_tpu``,
+  ``jtu.get_tpu_version`` and ``jtu.device_kind_match`` read the chosen
+  device kind, every ``jax.Device`` gets ``num_cores``, and
+  ``pltpu.get_tpu_info()`` (``jax._src.tpu_info.get_device_kind`` and
+  ``get_num_device_cores``), and the megablox (gmm) kernels' device query,
+  answer the chosen TPU wherever jax would answer the CPU;
+- runs every test (setUp, the test, tearDown) under
+  ``pltpu.force_tpu_interpret_mode(pltpu.InterpretParams())``, so every
+  ``pallas_call`` and ``core_map`` is interpreted, and stops it with
+  ``TimedOut`` (raised by SIGALRM in the main thread, as pytest-timeout's
+  signal method does) after ``$JAX_FORK_COVERAGE_TIMEOUT`` seconds; a test
+  blocked inside XLA cannot be interrupted so, and the caller kills it;
+- writes one JSON line per event to ``$JAX_FORK_COVERAGE_LOG``:
+  ``{"start": nodeid}`` when a test starts (so a hang that must be killed
+  is known), then one record per test with its outcome and, for a failure,
+  the exception's type and message, the statements of the test file's
+  frames in its traceback and the test method's source (what
+  ``jax_fork.coverage`` classifies).
+
+Environment: ``JAX_FORK_COVERAGE_TPU`` is ``DEVICE_KIND,NUM_CORES`` (e.g.
+``TPU v6 lite,1``); ``JAX_FORK_COVERAGE_EXCLUDE`` optionally names a file
+of node ids (one a line) to deselect, the tests an earlier, killed run of
+the same file already reached.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import signal
+import types
+
+import pytest
+
+_LOG = os.environ.get('JAX_FORK_COVERAGE_LOG')
+_TIMEOUT = float(os.environ.get('JAX_FORK_COVERAGE_TIMEOUT', '0'))
+
+
+class TimedOut(Exception):
+  """A test ran longer than ``$JAX_FORK_COVERAGE_TIMEOUT`` seconds."""
+
+
+def _alarm(signum, frame):
+  del signum, frame  # Unused.
+  raise TimedOut(f'the test ran longer than {_TIMEOUT:g} s')
+
+
+def _write(record: dict) -> None:
+  if _LOG:
+    with open(_LOG, 'a', encoding='utf-8') as f:
+      f.write(json.dumps(record) + '\n')
+
+
+class _Device:
+  """A jax device that reports the simulated TPU's kind and core count."""
+
+  def __init__(self, device, kind: str, cores: int):
+    self._device, self.device_kind, self.num_cores = device, kind, cores
+
+  def __getattr__(self, name):
+    return getattr(self._device, name)
+
+
+class _Bridge:
+  """``xla_bridge`` as test_util's device-kind queries see it."""
+
+  def __init__(self, bridge, kind: str, cores: int):
+    self._bridge, self._kind, self._cores = bridge, kind, cores
+
+  def devices(self, *args, **kwargs):
+    return [_Device(d, self._kind, self._cores)
+            for d in self._bridge.devices(*args, **kwargs)]
+
+  def __getattr__(self, name):
+    return getattr(self._bridge, name)
+
+
+def _see_tpu(kind: str, cores: int) -> None:
+  """Makes jax's test utilities and TPU queries answer the chosen TPU."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax._src import test_util as jtu  # pylint: disable=g-import-not-at-top
+  from jax._src import tpu_info  # pylint: disable=g-import-not-at-top
+
+  jax.config.update('jax_test_dut', 'tpu')
+  # Upstream's own code, reading the device kind from a bridge whose devices
+  # are the TPU's (the rest of test_util, e.g. create_mesh, keeps the real
+  # devices).
+  namespace = dict(vars(jtu), xla_bridge=_Bridge(jtu.xla_bridge, kind, cores))
+  for name in ('get_tpu_version', 'is_device_tpu', 'device_kind_match'):
+    f = getattr(jtu, name)
+    setattr(jtu, name, types.FunctionType(f.__code__, namespace, name,
+                                          f.__defaults__, f.__closure__))
+  device_type = type(jax.devices()[0])
+  if not hasattr(device_type, 'num_cores'):
+    device_type.num_cores = property(lambda self: cores)
+
+  real_kind = tpu_info.get_device_kind
+  real_cores = tpu_info.get_num_device_cores
+
+  def get_device_kind() -> str:
+    found = real_kind()
+    return kind if found == 'cpu' else found
+
+  def get_num_device_cores() -> int:
+    return cores if real_kind() == 'cpu' else real_cores()
+
+  tpu_info.get_device_kind = get_device_kind
+  tpu_info.get_num_device_cores = get_num_device_cores
+  try:
+    from jax.experimental.pallas.ops.tpu.megablox import common  # pylint: disable=g-import-not-at-top,line-too-long
+  except ImportError:
+    return
+  common.tpu_kind = lambda: kind
+  common.is_tpu = lambda: True
+
+
+def pytest_configure(config):
+  del config  # Unused.
+  kind, _, cores = os.environ['JAX_FORK_COVERAGE_TPU'].rpartition(',')
+  _see_tpu(kind, int(cores))
+
+
+def pytest_collection_modifyitems(config, items):
+  path = os.environ.get('JAX_FORK_COVERAGE_EXCLUDE')
+  if not path:
+    return
+  with open(path, encoding='utf-8') as f:
+    excluded = set(f.read().split('\n'))
+  keep = [i for i in items if i.nodeid not in excluded]
+  config.hook.pytest_deselected(
+      items=[i for i in items if i.nodeid in excluded])
+  items[:] = keep
+
+
+def pytest_collectreport(report):
+  if report.failed:
+    _write({'nodeid': report.nodeid, 'when': 'collect', 'outcome': 'failed',
+            'error': 'collection error',
+            'message': str(report.longrepr)[-2000:], 'statements': []})
+
+
+def pytest_runtest_logstart(nodeid, location):
+  del location  # Unused.
+  _write({'start': nodeid})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+  del item  # Unused.
+  from jax.experimental.pallas import tpu as pltpu  # pylint: disable=g-import-not-at-top
+  previous = signal.signal(signal.SIGALRM, _alarm)
+  signal.setitimer(signal.ITIMER_REAL, _TIMEOUT)
+  try:
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+      yield
+  finally:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+  report = (yield).get_result()
+  record = {'nodeid': item.nodeid, 'when': call.when,
+            'outcome': report.outcome, 'duration': call.duration}
+  if report.skipped:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    record['message'] = reason.removeprefix('Skipped: ')
+  elif report.failed and call.excinfo is not None:
+    exc = call.excinfo.value
+    message = str(exc)
+    record['error'] = ('timeout' if call.excinfo.errisinstance(TimedOut)
+                       else type(exc).__name__)
+    record['message'] = (message if len(message) < 4000 else
+                         message[:2000] + '\n...\n' + message[-2000:])
+    record['statements'] = [
+        str(entry.statement).strip() for entry in call.excinfo.traceback
+        if str(entry.path) == str(item.path)]
+    try:
+      record['source'] = inspect.getsource(item.obj)
+    except (AttributeError, OSError, TypeError):
+      record['source'] = ''
+  if call.when == 'call' or not report.passed:
+    _write(record)

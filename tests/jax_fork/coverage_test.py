@@ -1,0 +1,212 @@
+"""Tests of python -m jax_fork coverage on a fake upstream tree.
+
+The fake checkout holds two test files under tests/pallas whose tests pass,
+skip, fail (twice for one cause), check the lowered kernel (hardware-only),
+time out (the timeout is 15 s, so that interpreting the first kernel on a
+busy machine does not time out), and hang where the timeout's signal cannot
+reach them; the jax that runs them is this Python's. No upstream mirror is
+needed.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+from absl.testing import absltest
+
+from jax_fork import coverage
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+_MAIN_FILE = textwrap.dedent('''\
+    import signal
+    import time
+    import unittest
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax._src import test_util as jtu
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+
+    def add_one(x_ref, o_ref):
+      o_ref[...] = x_ref[...] + 1
+
+
+    class FakeTest(unittest.TestCase):
+
+      def test_a_sees_a_v6e(self):
+        self.assertTrue(jtu.test_device_matches(["tpu"]))
+        self.assertTrue(jtu.is_device_tpu(6, "e"))
+        self.assertEqual(jtu.get_tpu_version(), 6)
+        self.assertEqual(jax.devices()[0].num_cores, 1)
+        self.assertEqual(pltpu.get_tpu_info().chip_version.value, "v6e")
+
+      def test_b_interpreted(self):
+        # Without interpret mode, Mosaic cannot lower this on CPU.
+        x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
+        out = pl.pallas_call(
+            add_one, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(x) + 1)
+
+      def test_c_skips(self):
+        self.skipTest("Needs a TPU v7")
+
+      def test_d_checks_mosaic(self):
+        x = jnp.ones((8, 128), jnp.float32)
+        f = pl.pallas_call(
+            add_one, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))
+        self.assertIn("tpu_custom_call", jax.jit(f).lower(x).as_text())
+
+      def test_e_gap(self):
+        raise NotImplementedError("nan + dma_sem at 0x7f00aa 12")
+
+      def test_f_gap(self):
+        raise NotImplementedError("nan + dma_sem at 0x7f00bb 345")
+
+      def test_g_wrong(self):
+        np.testing.assert_allclose(np.float32(1), np.float32(2))
+
+      def test_h_slow(self):
+        time.sleep(120)
+
+      def test_i_hangs(self):
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+        time.sleep(600)
+
+      def test_j_after_the_hang(self):
+        pass
+''')
+
+_OTHER_FILE = textwrap.dedent('''\
+    import unittest
+
+
+    class OtherTest(unittest.TestCase):
+
+      def test_passes(self):
+        pass
+''')
+
+
+class CoverageTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.repo = tempfile.mkdtemp(prefix='coverage-test-')
+    os.makedirs(os.path.join(cls.repo, 'tests', 'pallas'))
+    for name, text in (('tpu_fake_test.py', _MAIN_FILE),
+                       ('tpu_other_test.py', _OTHER_FILE)):
+      with open(os.path.join(cls.repo, 'tests', 'pallas', name), 'w',
+                encoding='utf-8') as f:
+        f.write(text)
+    cls.outcomes = coverage.run(
+        cls.repo, sys.executable, 'v6e',
+        ('tpu_fake_test.py', 'tests/pallas/tpu_other_test.py'), timeout=15,
+        grace=3)
+
+  def test_each_outcome(self):
+    got = {o.test.rpartition('::')[2]: (o.status, o.cause)
+           for o in self.outcomes}
+    self.assertEqual(got, {
+        'test_a_sees_a_v6e': ('passed', ''),
+        'test_b_interpreted': ('passed', ''),
+        'test_c_skips': ('skipped', 'Needs a TPU v7'),
+        'test_d_checks_mosaic': ('hardware-only',
+                                 'checks the lowered or compiled kernel'),
+        'test_e_gap': ('failed', 'NotImplementedError: nan + dma_sem at '
+                                 '<address> N'),
+        'test_f_gap': ('failed', 'NotImplementedError: nan + dma_sem at '
+                                 '<address> N'),
+        'test_g_wrong': ('failed', 'AssertionError: Not equal to tolerance '
+                                   'rtol=Ne-N, atol=N'),
+        'test_h_slow': ('timed out', 'the test ran longer than 15 s'),
+        'test_i_hangs': ('timed out', 'hang: killed after 18 s'),
+        'test_j_after_the_hang': ('passed', ''),
+        'test_passes': ('passed', ''),
+    })
+
+  def test_tables(self):
+    self.assertEqual(coverage.file_rows(self.outcomes), [
+        {'file': 'tests/pallas/tpu_fake_test.py', 'total': 10, 'passed': 3,
+         'skipped': 1, 'hardware-only': 1, 'failed': 3, 'timed out': 2,
+         'pass_rate': 37.5},
+        {'file': 'tests/pallas/tpu_other_test.py', 'total': 1, 'passed': 1,
+         'skipped': 0, 'hardware-only': 0, 'failed': 0, 'timed out': 0,
+         'pass_rate': 100.0}])
+    causes = coverage.cause_rows(self.outcomes)
+    self.assertEqual(causes[0], {
+        'status': 'failed', 'tests': 2, 'files': ['tpu_fake_test.py'],
+        'cause': 'NotImplementedError: nan + dma_sem at <address> N',
+        'example': 'tests/pallas/tpu_fake_test.py::FakeTest::test_e_gap'})
+    self.assertLen(causes, 5)
+    text = coverage.table_text(self.outcomes).splitlines()
+    self.assertEqual(text[:4], [
+        'file               total  passed  skipped  hw-only  failed  '
+        'timed out  pass rate',
+        'tpu_fake_test.py      10       3        1        1       3  '
+        '        2      37.5%',
+        'tpu_other_test.py      1       1        0        0       0  '
+        '        0     100.0%',
+        'total                 11       4        1        1       3  '
+        '        2      44.4%'])
+    self.assertIn('    2  failed         NotImplementedError: nan + dma_sem '
+                  'at <address> N (tpu_fake_test.py)', text)
+
+  def test_command(self):
+    env = dict(os.environ, PYTHONPATH=_ROOT)
+    proc = subprocess.run(
+        [sys.executable, '-m', 'jax_fork', 'coverage', '--json',
+         f'--jax-repo={self.repo}', '--files=tpu_other_test.py', '--tpu=v5p'],
+        cwd=_ROOT, env=env, capture_output=True, text=True, check=False)
+    self.assertEqual(proc.returncode, 0, proc.stderr)
+    report = json.loads(proc.stdout)
+    self.assertEqual((report['tpu'], report['jax_commit']), ('v5p', None))
+    self.assertEqual(report['tests'], [{
+        'file': 'tests/pallas/tpu_other_test.py',
+        'test': 'tests/pallas/tpu_other_test.py::OtherTest::test_passes',
+        'status': 'passed', 'cause': '', 'seconds': report['tests'][0][
+            'seconds']}])
+
+  def test_jax_commit_says_modified(self):
+    repo = tempfile.mkdtemp(prefix='coverage-git-')
+    path = os.path.join(repo, 'f.py')
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write('x = 1\n')
+    git = ['git', '-C', repo, '-c', 'user.name=t', '-c', 'user.email=t@t']
+    for args in (['init', '-q'], ['add', 'f.py'], ['commit', '-qm', 'f']):
+      subprocess.run(git + args, check=True)
+    head = subprocess.run(git + ['rev-parse', 'HEAD'], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    self.assertEqual(coverage.jax_commit(repo), head)
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write('x = 2\n')
+    self.assertEqual(coverage.jax_commit(repo), head + '+modified')
+
+  def test_usage_and_environment_errors(self):
+    for args, message in (
+        ([], 'coverage needs --jax_repo PATH.'),
+        ([f'--jax_repo={self.repo}', '--files=tpu_none_test.py'],
+         'No tests/pallas/tpu_none_test.py in the jax checkout'),
+        ([f'--jax_repo={self.repo}', '--tpu=v9'], 'value should be one of'),
+        ([f'--jax_repo={self.repo}', '--files=tpu_other_test.py',
+          '--test_python=/nonexistent/python'],
+         'No Python /nonexistent/python to run the tests.')):
+      proc = subprocess.run(
+          [sys.executable, '-m', 'jax_fork', 'coverage', *args], cwd=_ROOT,
+          env=dict(os.environ, PYTHONPATH=_ROOT), capture_output=True,
+          text=True, check=False)
+      code = 5 if 'test_python' in ' '.join(args) else 2
+      self.assertEqual(proc.returncode, code, proc.stderr)
+      self.assertIn(message, proc.stderr)
+
+
+if __name__ == '__main__':
+  absltest.main()
