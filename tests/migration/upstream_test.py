@@ -101,6 +101,151 @@ _CHANGELOG = '''\
 
   * Something released.
 '''
+# Stand-ins for upstream's BUILD files: the targets of the files the series
+# changes and of the modules it imports, with upstream's deps lists (cut).
+_BUILD_FILES = {
+    'jax/_src/pallas/mosaic/interpret/BUILD': '''\
+load("//jaxlib:jax.bzl", "py_deps", "pytype_strict_library")
+
+pytype_strict_library(
+    name = "params",
+    srcs = ["params.py"],
+    deps = [
+        ":utils",
+        "//jax",
+    ] + py_deps("numpy"),
+)
+
+pytype_strict_library(
+    name = "interpret_pallas_call",
+    srcs = [
+        "__init__.py",
+        "interpret_pallas_call.py",
+    ],
+    deps = [
+        ":params",
+        ":shared_memory",
+        "//jax",
+        "//jax/_src/pallas",
+        "//jax/_src/pallas/mosaic:core",
+        "//jax/_src/pallas/mosaic:primitives",
+        "//jax/_src/pallas/mosaic:tpu_info",
+    ] + py_deps("numpy"),
+)
+
+pytype_strict_library(
+    name = "shared_memory",
+    srcs = ["shared_memory.py"],
+    deps = [
+        ":params",
+        "//jax/_src:source_info_util",
+    ] + py_deps([
+        "numpy",
+    ]),
+)
+
+pytype_strict_library(
+    name = "thread_map",
+    srcs = ["thread_map.py"],
+    deps = [
+        "//jax",
+    ] + py_deps("numpy"),
+)
+''',
+    'jax/_src/pallas/mosaic/BUILD': '''\
+pytype_strict_library(
+    name = "sc_core",
+    srcs = [
+        "sc_core.py",
+    ],
+    deps = [
+        "//jax",
+    ],
+)
+
+pytype_strict_library(
+    name = "sc_primitives",
+    srcs = [
+        "sc_primitives.py",
+    ],
+    deps = [
+        ":sc_core",
+    ],
+)
+''',
+    'jax/_src/BUILD': '''\
+pytype_strict_library(
+    name = "source_info_util",
+    srcs = ["source_info_util.py"],
+    deps = [
+        ":traceback_util",
+    ],
+)
+''',
+    'jax/experimental/BUILD': '''\
+pytype_strict_library(
+    name = "pallas",
+    srcs = glob(
+        [
+            "pallas/**/*.py",
+        ],
+        exclude = [
+            "pallas/tpu.py",
+        ],
+    ),
+    deps = [
+        "//jax",
+    ],
+)
+
+pytype_strict_library(
+    name = "pallas_tpu",
+    srcs = ["pallas/tpu.py"],
+    deps = [
+        ":pallas",
+    ],
+)
+
+pytype_strict_library(
+    name = "pallas_tpu_sc",
+    srcs = ["pallas/tpu_sc.py"],
+    deps = [
+        ":pallas",
+    ],
+)
+''',
+    'tests/pallas/BUILD': '''\
+jax_multiplatform_test(
+    name = "tpu_pallas_interpret_test",
+    srcs = [
+        "tpu_pallas_interpret_test.py",
+    ],
+    enable_backends = ["cpu"],
+    deps = [
+        "//jax/experimental:pallas",
+        "//jax/experimental:pallas_tpu",
+    ] + py_deps([
+        "absl/testing",
+        "numpy",
+    ]),
+)
+
+jax_multiplatform_test(
+    name = "tpu_pallas_interpret_distributed_test",
+    srcs = [
+        "tpu_pallas_interpret_distributed_test.py",
+    ],
+    enable_backends = ["cpu"],
+    deps = [
+        "//jax/experimental:pallas",
+        "//jax/experimental:pallas_tpu",
+    ] + py_deps([
+        "absl/testing",
+        "numpy",
+    ]),
+)
+''',
+}
 _DEP3 = re.compile(r'^(Description|Origin|Forwarded|Applied-Upstream|'
                    r'Last-Update):', re.M)
 
@@ -131,7 +276,8 @@ class UpstreamExportTest(absltest.TestCase):
     for path, text in ((upstream.UPSTREAM_TEST[0], _INTERPRET_TEST),
                        (upstream.UPSTREAM_DISTRIBUTED_TEST[0],
                         _DISTRIBUTED_TEST),
-                       (upstream.CHANGELOG, _CHANGELOG)):
+                       (upstream.CHANGELOG, _CHANGELOG),
+                       *_BUILD_FILES.items()):
       os.makedirs(os.path.dirname(os.path.join(self.jax, path)),
                   exist_ok=True)
       with open(os.path.join(self.jax, path), 'w') as f:
