@@ -63,10 +63,12 @@ Commands:
             entry; the patch's message without the DEP-3 header, authored by
             your git identity. Written with git format-patch into -o DIR
             (default dist/upstream/) for `git am --keep-non-patch`, each
-            with a pull request description (.md) beside it; with
-            --test_python, upstream's interpret tests run before and after
-            each commit and the descriptions give the results. Nothing is
-            submitted.
+            with a pull request description (.md) beside it. BUILD deps
+            follow the imports each commit adds. Measuring is off by
+            default: with --test_python, upstream's TPU interpreter tests
+            run before and after each commit (its other interpreter tests
+            before and after the stack) and the descriptions give the
+            counts. Nothing is submitted.
 
 Exit codes:
   0  success, or nothing to do
@@ -185,10 +187,12 @@ _SERIES = flags.DEFINE_string(
     'exactly to the checkout); drift: the series whose lines to print.')
 _TEST_PYTHON = flags.DEFINE_string(
     'test_python', None,
-    'export-upstream: a Python with jaxlib and pytest for the checkout; '
-    'upstream\'s interpret tests (and ruff and pyrefly, if installed beside '
-    'it) run before the stack and after each commit (minutes each), and the '
-    'pull request descriptions give the commands and results.')
+    'export-upstream: measure the tests the descriptions claim (default: '
+    'not measured) with this Python, which has jaxlib of the checkout\'s '
+    'version and pytest; upstream\'s TPU interpreter tests (and ruff and '
+    'pyrefly, if installed beside it) run before and after each commit, its '
+    'other interpreter tests before and after the stack (tens of minutes), '
+    'and the pull request descriptions give the commands and counts.')
 _FORK_DIR = flags.DEFINE_string(
     'fork_dir', None,
     'fork/refresh: the fork folder (default: jax_fork/ beside patches/).')

@@ -632,6 +632,14 @@ print(f'{{len(kept)}} passed, {{len(names) - len(kept)}} deselected in 0.1s')
                                      'without `--test_python`'), how)
       self.assertNotRegex(how, r'\d+ (passed|failed|skipped)')
 
+  def test_test_python_that_is_not_an_executable(self):
+    with self.assertRaisesRegex(errors.UsageError,
+                                '--test_python .*: no such executable'):
+      upstream.export(self.jax, self.out, TESTS_DIR, self.manifest,
+                      test_python=os.path.join(self.root, 'no-python'))
+    self.assertFalse(os.path.exists(self.out))
+    self.assertLen(_git(['worktree', 'list'], self.jax).splitlines(), 1)
+
   def test_not_a_jax_checkout(self):
     with self.assertRaisesRegex(errors.EnvironmentProblem,
                                 'not a jax checkout'):
