@@ -155,10 +155,13 @@ def table(rows: list[tuple[TestRun, TestRun]], before: str,
             f'{new_failures(b, a)} |' for b, a in rows)]
 
 
-def jaxlib_version(python: str) -> str:
-  """Returns the jaxlib version installed for ``python``, or 'unknown'."""
+def environment(python: str) -> str:
+  """Returns the jaxlib and Python versions of ``python``, for the report."""
   proc = subprocess.run(
-      [python, '-c', 'import importlib.metadata as m; '
-       'print(m.version("jaxlib"))'], capture_output=True, text=True,
-      check=False)
-  return proc.stdout.strip() if proc.returncode == 0 else 'unknown'
+      [python, '-c', 'import importlib.metadata as m, platform; '
+       'print(m.version("jaxlib"), platform.python_version())'],
+      capture_output=True, text=True, check=False)
+  words = proc.stdout.split()
+  if proc.returncode or len(words) != 2:
+    return f'jaxlib unknown ({python} could not tell)'
+  return f'jaxlib {words[0]}, Python {words[1]}'

@@ -20,6 +20,8 @@ touched), the export
    or whose name upstream's class already has, stops the export;
 3. adds the patch's entry to the ``### TPU`` part of the unreleased section
    of ``docs/pallas/CHANGELOG.md``;
+   and adds to upstream's BUILD files the targets of the modules the commit
+   newly imports (``bazel_deps``: upstream uses strict deps);
 4. commits with the patch's message without its DEP-3 header, authored by
    the user's git identity, and writes it with ``git format-patch``, ready
    for ``git am --keep-non-patch`` (which keeps the ``[Pallas]`` tag), with a
@@ -698,7 +700,7 @@ def pr_description(message: str, number: int, total: int, stat: str,
     stat: ``git show --stat`` of the commit.
     tests: ``(file, class, method names)`` of the tests it adds.
     change: the change.
-    tested: lines that say how it was tested, or None if not run.
+    tested: lines that say how it was tested, or None if not measured.
   """
   subject, _, body = message.partition('\n\n')
   depends = ('It applies on upstream main.' if number == 1 else
@@ -758,7 +760,9 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
     ConflictError: no series applies exactly, and the three-way rebase of
       the newest series onto the checkout conflicts.
     PatchDataError: a test class or upstream's test file is not as expected
-      (see ``add_tests``).
+      (see ``add_tests``), or a new import's Bazel dep cannot be added (see
+      ``bazel_deps.update_build_files``).
+    UsageError: ``test_python`` is not an executable.
   """
   if not os.path.isdir(os.path.join(jax_repo, 'jax', '_src', 'pallas')):
     raise errors.EnvironmentProblem(f'{jax_repo} is not a jax checkout.')
@@ -867,10 +871,9 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
       top_others = _measure(worktree, test_python, others)
       base = _git(['rev-parse', '--short', f'HEAD~{len(patches)}'],
                   worktree).strip()
-      setting = (f'On upstream {base} (CPU, jaxlib '
-                 f'{pytest_runs.jaxlib_version(test_python)}, '
-                 f'{os.path.basename(test_python)} with PYTHONPATH set to '
-                 'the checkout)')
+      setting = (f'On upstream {base} (CPU, '
+                 f'{pytest_runs.environment(test_python)}, PYTHONPATH set '
+                 'to the checkout)')
     for number, (path, message, stat, added, change, tested) in enumerate(
         descriptions, start=1):
       how = None

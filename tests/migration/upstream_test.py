@@ -585,7 +585,7 @@ class UpstreamExportTest(absltest.TestCase):
       f.write(f'''#!{sys.executable}
 import re, sys
 if sys.argv[1] == '-c':
-  print('0.11.1')
+  print('0.11.1 3.12.1')
   sys.exit(0)
 args = sys.argv[sys.argv.index('no:cacheprovider') + 1:]
 if 'gpu' in args[0]:
@@ -616,7 +616,8 @@ print(f'{{len(kept)}} passed, {{len(names) - len(kept)}} deselected in 0.1s')
           f'| `PYTHONPATH=$PWD python -m pytest -q {interpret}` | '
           f'{before} passed | {after} passed | 0 |', description)
       self.assertIn('-k \'not emit_pipeline\'` |', description)
-      self.assertIn('(CPU, jaxlib 0.11.1, python with PYTHONPATH', description)
+      self.assertIn('(CPU, jaxlib 0.11.1, Python 3.12.1, PYTHONPATH set to '
+                    'the checkout)', description)
       # The run that could not count says so, with no number.
       self.assertIn(
           '| `PYTHONPATH=$PWD python -m pytest -q '
