@@ -39,10 +39,12 @@ Commands:
             entry); the patch's message without the DEP-3 header, authored by
             your git identity. Written with git format-patch into -o DIR
             (default dist/upstream/) for `git am --keep-non-patch`, each
-            with a pull request description (.md) beside it; with
-            --test_python, upstream's interpret tests run before and after
-            each commit and the descriptions give the results. Nothing is
-            submitted.
+            with a pull request description (.md) beside it. BUILD deps
+            follow the imports each commit adds. Measuring is off by
+            default: with --test_python, upstream's TPU interpreter tests
+            run before and after each commit (its other interpreter tests
+            before and after the stack) and the descriptions give the
+            counts. Nothing is submitted.
   coverage  Run upstream's hardware TPU Pallas test files of the jax
             checkout --jax_repo (stock, or with the exported stack applied)
             on CPU as if on a TPU (--tpu, default v6e), every pallas_call in
@@ -55,7 +57,8 @@ Commands:
 Exit codes:
   0  success, or nothing to do
   1  internal error (a bug in this tool)
-  2  usage error (also --version that is not a release number)
+  2  usage error (also --version that is not a release number, and an
+     export-upstream --test_python that is not an executable)
   3  the jax version is not served (or not a jax release at all)
   4  a patch does not apply (conflict; for carry and port: a hunk does not
      merge), or jax_fork/jax would be overwritten; nothing was changed
@@ -64,8 +67,9 @@ Exit codes:
      cannot be downloaded or cached, (coverage) pytest cannot run a test
      file with --test_python; nothing was changed
   7  patch data problem: a patch file corrupted or edited, the manifest
-     missing, malformed, edited by hand or out of date, or (drift) new
-     drift between series; nothing was changed
+     missing, malformed, edited by hand or out of date, (drift) new
+     drift between series, or (export-upstream) a new import whose Bazel
+     dep it cannot add; nothing was changed
 
 Flags may be written with - or _ (--jax-repo, --jax_repo); -o DIR is
 --output_dir=DIR. --json, --patches_dir and --wheel_dir, and the environment
@@ -143,10 +147,13 @@ _SERIES = flags.DEFINE_string(
     'exactly to the checkout); drift: the series whose lines to print.')
 _TEST_PYTHON = flags.DEFINE_string(
     'test_python', None,
-    'export-upstream: a Python with jaxlib and pytest for the checkout; '
-    'upstream\'s interpret tests (and ruff and pyrefly, if installed beside '
-    'it) run before the stack and after each commit (minutes each), and the '
-    'pull request descriptions give the commands and results; coverage: '
+    'export-upstream: measure the tests the descriptions claim (default: '
+    'not measured) with this Python, which has jaxlib of the checkout\'s '
+    'version and pytest; upstream\'s TPU interpreter tests (and ruff and '
+    'pyrefly, if installed beside it) run before and after each commit, its '
+    'other interpreter tests before and after the stack (tens of minutes), '
+    'and the pull request descriptions give the commands and counts; '
+    'coverage: '
     'the Python that runs the tests (default: this one), with pytest and '
     'the jaxlib the checkout needs.')
 _TPU = flags.DEFINE_enum(

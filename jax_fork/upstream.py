@@ -18,7 +18,9 @@ touched), the export
    without the code fenced for older releases (``for_jax_head``), adding
    the imports they need; a method that uses a name upstream's file lacks,
    or whose name upstream's class already has, stops the export;
-3. commits with the patch's message without its DEP-3 header, authored by
+3. adds to upstream's BUILD files the targets of the modules the commit
+   newly imports (``bazel_deps``: upstream uses strict deps);
+4. commits with the patch's message without its DEP-3 header, authored by
    the user's git identity, and writes it with ``git format-patch``, ready
    for ``git am --keep-non-patch`` (which keeps the ``[Pallas]`` tag), with a
    pull request description beside it (``NNNN-....md``).
@@ -41,9 +43,11 @@ import zipfile
 
 from absl import logging
 
+from jax_fork import bazel_deps
 from migration import errors
 from migration import gitapply
 from migration import manifest as manifest_lib
+from jax_fork import pytest_runs
 from migration import wheels
 
 TEST_DIR = os.path.join('tests', 'pallas')
@@ -56,16 +60,11 @@ UPSTREAM_DISTRIBUTED_TEST = (
     os.path.join(TEST_DIR, 'tpu_pallas_interpret_distributed_test.py'),
     'InterpretDistributedTest')
 # The only paths an exported commit may touch (`tpu.py` exports
-# `DeadlockError`). No changelog: upstream's interpreter commits add none,
-# and entries of stacked PRs would conflict.
+# `DeadlockError`, and `jax/experimental/BUILD` gets its dep). No changelog:
+# upstream's interpreter commits add none, and entries of stacked PRs would
+# conflict.
 ALLOWED_PATHS = ('jax/_src/pallas/mosaic/interpret/', 'tests/pallas/',
-                 'jax/experimental/pallas/tpu.py')
-# Upstream runs these; an exported commit keeps them passing.
-UPSTREAM_TEST_COMMANDS = (
-    ('tests/pallas/tpu_pallas_interpret_test.py',),
-    ('tests/pallas/tpu_pallas_interpret_distributed_test.py', '-k',
-     'not emit_pipeline'),
-)
+                 'jax/experimental/pallas/tpu.py', 'jax/experimental/BUILD')
 
 # The tests also run on older jax releases. The code that only those need is
 # fenced by these comment lines; inside a fence, a comment
@@ -570,27 +569,6 @@ def commit_message(patch: manifest_lib.Patch) -> str:
   return f'{patch.subject}\n\n' + '\n\n'.join(paragraphs) + '\n'
 
 
-def run_upstream_tests(worktree: str, python: str) -> list[tuple[str, str]]:
-  """Runs upstream's interpret tests in the worktree with ``python``.
-
-  Returns:
-    ``(command, pytest's summary line)`` per test file.
-  """
-  results = []
-  env = dict(os.environ, PYTHONPATH=worktree)
-  for args in UPSTREAM_TEST_COMMANDS:
-    cmd = [python, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', *args]
-    proc = subprocess.run(cmd, cwd=worktree, env=env, capture_output=True,
-                          text=True, check=False)
-    summary = [l for l in proc.stdout.splitlines()
-               if re.search(r'\d+ (passed|failed|error)', l)]
-    shown = ' '.join(a if ' ' not in a else f'"{a}"' for a in args)
-    results.append((f'PYTHONPATH=$PWD python -m pytest -q {shown}',
-                    summary[-1].strip('= ') if summary
-                    else f'exit code {proc.returncode}'))
-  return results
-
-
 def run_linters(worktree: str, python: str,
                 files: list[str]) -> list[tuple[str, str]]:
   """Runs ruff and pyrefly (if installed beside ``python``) on the files.
@@ -632,7 +610,7 @@ def pr_description(message: str, number: int, total: int, stat: str,
     stat: ``git show --stat`` of the commit.
     tests: ``(file, class, method names)`` of the tests it adds.
     change: the change.
-    tested: lines that say how it was tested, or None if not run.
+    tested: lines that say how it was tested, or None if not measured.
   """
   subject, _, body = message.partition('\n\n')
   depends = ('It applies on upstream main.' if number == 1 else
@@ -642,12 +620,14 @@ def pr_description(message: str, number: int, total: int, stat: str,
       f'- `{cls}` in `{file}`: ' + ', '.join(f'`{m}`' for m in methods) + '\n'
       for file, cls, methods in tests)
   how = '\n'.join(tested) if tested else (
-      'Not run by the export. In the checkout, after `git am '
-      '--keep-non-patch` of this patch, run (with jaxlib of the checkout\'s '
-      'version installed):\n\n'
-      + ''.join('    PYTHONPATH=$PWD python -m pytest -q '
-                + ' '.join(a if ' ' not in a else f'"{a}"' for a in args)
-                + '\n' for args in UPSTREAM_TEST_COMMANDS))
+      'Not measured: this export ran without `--test_python`, so it claims '
+      'no results. To measure, run in the checkout, with jaxlib of its '
+      'version installed, without and with the first '
+      f'{number} commit(s) of this stack (`git am --keep-non-patch`):\n\n'
+      + ''.join(f'    {pytest_runs.command_line(args)}\n'
+                for args in pytest_runs.TPU_COMMANDS)
+      + '\nand the same for each other '
+      f'`{pytest_runs.OTHER_PATTERN}` (the GPU interpreter\'s tests).')
   return (f'# {subject}\n\nPR {number} of {total}. {depends}\n\n'
           f'## What and why\n\n{body.strip()}\n\n'
           + (f'{change.notes}\n\n' if change.notes else '') +
@@ -672,10 +652,13 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
     manifest: the loaded manifest.
     series_name: the series to export (default: the one that applies).
     test_python: a Python with jaxlib (and pytest) of the checkout's
-      version: if given, upstream's interpret tests (and ruff and pyrefly,
-      if installed beside it) run before the first commit and after each,
-      and the descriptions give the commands and results. Slow (minutes per
-      commit).
+      version, or None (the default) not to measure: if given, upstream's
+      TPU interpreter tests (``pytest_runs.TPU_COMMANDS``) run before the
+      first commit and after each, the other interpreter tests
+      (``pytest_runs.OTHER_PATTERN``) before the first and after the last,
+      ruff and pyrefly (if installed beside it) on each commit's files, and
+      the descriptions give the commands and counts. Slow (minutes per
+      commit); without it the descriptions say that nothing was measured.
 
   Returns:
     The paths of the patch files, to ``git am`` in order.
@@ -686,10 +669,18 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
     ConflictError: no series applies exactly, and the three-way rebase of
       the newest series onto the checkout conflicts.
     PatchDataError: a test class or upstream's test file is not as expected
-      (see ``add_tests``).
+      (see ``add_tests``), or a new import's Bazel dep cannot be added (see
+      ``bazel_deps.update_build_files``).
+    UsageError: ``test_python`` is not an executable.
   """
   if not os.path.isdir(os.path.join(jax_repo, 'jax', '_src', 'pallas')):
     raise errors.EnvironmentProblem(f'{jax_repo} is not a jax checkout.')
+  if test_python is not None:
+    found = shutil.which(test_python)
+    if found is None:
+      raise errors.UsageError(
+          f'--test_python {test_python}: no such executable.')
+    test_python = os.path.abspath(found)  # the tests run in the worktree
   _git(['rev-parse', '--verify', 'HEAD'], jax_repo)
   identity = subprocess.run(
       [gitapply.git_executable(), 'var', 'GIT_AUTHOR_IDENT'], cwd=jax_repo,
@@ -722,21 +713,32 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
   staged = os.path.join(work, 'out')
   os.makedirs(staged)
   upstream_tests = sorted({t.upstream[0] for c in CHANGES for t in c.tests})
-  # Only the files the export touches are checked out (all of jax/ and
-  # tests/pallas/ to run tests); the index holds the rest of HEAD, so the
-  # commits change nothing else.
+  # Only jax/ (the files the export touches, and the modules and BUILD
+  # files the Bazel deps are found in), and tests/pallas/ are
+  # checked out; the index holds the rest of HEAD, so the commits change
+  # nothing else.
   _git(['worktree', 'add', '--detach', '--no-checkout', worktree, 'HEAD'],
        jax_repo)
   try:
     _git(['read-tree', 'HEAD'], worktree)
-    paths = [*series.files, *upstream_tests]
+    paths = ['jax', TEST_DIR]
     if test_python:
-      paths += ['jax', TEST_DIR, 'pyproject.toml']
+      # What pytest reads: upstream's settings and conftest.
+      paths += [p for p in ('pyproject.toml', 'conftest.py') if _git(
+          ['ls-files', '--', p], worktree).strip()]
     _git(['checkout', 'HEAD', '--', *paths], worktree)
-    before = (run_upstream_tests(worktree, test_python) if test_python
-              else None)
+    if test_python:
+      base_runs = _measure(worktree, test_python, pytest_runs.TPU_COMMANDS)
+      others = pytest_runs.other_commands(worktree)
+      base_others = _measure(worktree, test_python, others)
+    descriptions = []
     for number, patch in enumerate(patches, start=1):
       change = changes[patch.name[:4]]
+      touched = [*series.files, *upstream_tests]
+      before = {}
+      for f in touched:
+        with open(os.path.join(worktree, f), encoding='utf-8') as fh:
+          before[f] = fh.read()
       if states is None:
         gitapply.apply(patch.path, worktree)
       else:
@@ -750,7 +752,8 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
         _rewrite(os.path.join(worktree, target), lambda s, c=cls, m=methods,
                  i=import_lines(ours): add_tests(s, c, m, i))
         added.append((target, cls, [n for n, _ in methods]))
-      _git(['add', '--', *series.files, *upstream_tests], worktree)
+      builds = bazel_deps.update_build_files(worktree, before)
+      _git(['add', '--', *touched, *builds], worktree)
       message = commit_message(patch)
       subprocess.run(
           [gitapply.git_executable(), 'commit', '-q', '-F', '-'],
@@ -762,33 +765,31 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
           worktree).strip())
       tested = None
       if test_python:
-        after = run_upstream_tests(worktree, test_python)
+        runs = _measure(worktree, test_python, pytest_runs.TPU_COMMANDS)
         changed = _git(['diff', '--name-only', 'HEAD~1', 'HEAD'],
                        worktree).split()
-        base = _git(['rev-parse', '--short', f'HEAD~{number}'],
-                    worktree).strip()
-        tested = [
-            f'On upstream {base} '
-            f'with the first {number} patch(es) of this stack applied by '
-            '`git am --keep-non-patch`, jaxlib installed, in the checkout:',
-            '',
-            '| command | before the stack | with this commit |',
-            '| --- | --- | --- |',
-            *(f'| `{cmd}` | {b} | {a} |'
-              for (cmd, b), (_, a) in zip(before, after)),
-            '',
-            '(The emit_pipeline distributed tests hang on 2-core machines '
-            'even without the stack.)',
-            '',
-            *(f'- `{cmd}`: {result}'
-              for cmd, result in run_linters(worktree, test_python,
-                                             changed)),
-        ]
+        tested = (list(zip(base_runs, runs)),
+                  run_linters(worktree, test_python, changed))
+        base_runs = runs
       stat = _git(['show', '--stat', '--format=', 'HEAD'], worktree)
-      with open(written[-1][:-len('.patch')] + '.md', 'w',
-                encoding='utf-8') as f:
+      descriptions.append((written[-1][:-len('.patch')] + '.md', message,
+                           stat, added, change, tested))
+    if test_python:
+      top_others = _measure(worktree, test_python, others)
+      base = _git(['rev-parse', '--short', f'HEAD~{len(patches)}'],
+                  worktree).strip()
+      setting = (f'On upstream {base} (CPU, '
+                 f'{pytest_runs.environment(test_python)}, PYTHONPATH set '
+                 'to the checkout)')
+    for number, (path, message, stat, added, change, tested) in enumerate(
+        descriptions, start=1):
+      how = None
+      if tested is not None:
+        how = _tested_lines(setting, number, len(patches), *tested,
+                            list(zip(base_others, top_others)))
+      with open(path, 'w', encoding='utf-8') as f:
         f.write(pr_description(message, number, len(patches), stat,
-                               added, change, tested))
+                               added, change, how))
     # Only a complete export is written.
     os.makedirs(out_dir, exist_ok=True)
     for i, path in enumerate(written):
@@ -800,6 +801,53 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
                    check=False)
     shutil.rmtree(work, ignore_errors=True)
   return written
+
+
+def _measure(worktree: str, python: str,
+             commands) -> list[pytest_runs.TestRun]:
+  """Runs pytest commands in the worktree, logging each result."""
+  runs = []
+  for args in commands:
+    runs.append(pytest_runs.run(worktree, python, tuple(args)))
+    logging.info('%s: %s (%.0f s)', runs[-1].command, runs[-1].summary(),
+                 runs[-1].seconds)
+  return runs
+
+
+def _tested_lines(setting: str, number: int, total: int,
+                  rows: list[tuple[pytest_runs.TestRun, pytest_runs.TestRun]],
+                  linters: list[tuple[str, str]],
+                  others: list[tuple[pytest_runs.TestRun,
+                                     pytest_runs.TestRun]]) -> list[str]:
+  """Returns the "How it was tested" lines of one measured commit.
+
+  Args:
+    setting: where the tests ran (upstream commit, jaxlib, Python).
+    number: the commit's place in the stack (1-based).
+    total: the number of commits.
+    rows: the TPU interpreter's test runs before and after the commit.
+    linters: ``(command, result)`` per linter run on its files.
+    others: the other interpreter tests before the stack and after it all.
+  """
+  parent = ('upstream' if number == 1 else
+            f'the first {number - 1} commit(s) of this stack')
+  lines = [
+      f'{setting}, measured by the export: upstream\'s TPU interpreter '
+      f'tests on {parent} (before) and with this commit added (after), '
+      'each file in its own pytest process:', '',
+      *pytest_runs.table(rows, 'before this commit', 'with this commit'),
+      '',
+      'The emit_pipeline distributed tests are left out: they hang on '
+      '2-core machines even without the stack.']
+  if others:
+    lines += [
+        '', 'Upstream\'s other interpreter tests (the GPU interpreter\'s, '
+        'its race detection, thread_map), before the stack and with all '
+        f'{total} commits of it:', '',
+        *pytest_runs.table(others, 'before the stack', 'with the stack')]
+  if linters:
+    lines += ['', *(f'- `{cmd}`: {result}' for cmd, result in linters)]
+  return lines
 
 
 def _rewrite(path: str, edit) -> None:

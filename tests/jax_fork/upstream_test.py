@@ -27,9 +27,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
+from jax_fork import bazel_deps  # noqa: E402
+from jax_fork import pytest_runs  # noqa: E402
+from jax_fork import upstream  # noqa: E402
 from migration import errors  # noqa: E402
 from migration import manifest as manifest_lib  # noqa: E402
-from jax_fork import upstream  # noqa: E402
 from migration import wheels  # noqa: E402
 
 VERSION = '0.12.0.1'
@@ -78,6 +80,151 @@ _DISTRIBUTED_TEST = _HEADER.format(
     lax='from jax import lax\nfrom jax._src import shard_map\n',
     extra='jtu.request_cpu_devices(8)\n\nP = jax.sharding.PartitionSpec\n',
     used='functools, lax, shard_map, P', cls='InterpretDistributedTest')
+# Stand-ins for upstream's BUILD files: the targets of the files the series
+# changes and of the modules it imports, with upstream's deps lists (cut).
+_BUILD_FILES = {
+    'jax/_src/pallas/mosaic/interpret/BUILD': '''\
+load("//jaxlib:jax.bzl", "py_deps", "pytype_strict_library")
+
+pytype_strict_library(
+    name = "params",
+    srcs = ["params.py"],
+    deps = [
+        ":utils",
+        "//jax",
+    ] + py_deps("numpy"),
+)
+
+pytype_strict_library(
+    name = "interpret_pallas_call",
+    srcs = [
+        "__init__.py",
+        "interpret_pallas_call.py",
+    ],
+    deps = [
+        ":params",
+        ":shared_memory",
+        "//jax",
+        "//jax/_src/pallas",
+        "//jax/_src/pallas/mosaic:core",
+        "//jax/_src/pallas/mosaic:primitives",
+        "//jax/_src/pallas/mosaic:tpu_info",
+    ] + py_deps("numpy"),
+)
+
+pytype_strict_library(
+    name = "shared_memory",
+    srcs = ["shared_memory.py"],
+    deps = [
+        ":params",
+        "//jax/_src:source_info_util",
+    ] + py_deps([
+        "numpy",
+    ]),
+)
+
+pytype_strict_library(
+    name = "thread_map",
+    srcs = ["thread_map.py"],
+    deps = [
+        "//jax",
+    ] + py_deps("numpy"),
+)
+''',
+    'jax/_src/pallas/mosaic/BUILD': '''\
+pytype_strict_library(
+    name = "sc_core",
+    srcs = [
+        "sc_core.py",
+    ],
+    deps = [
+        "//jax",
+    ],
+)
+
+pytype_strict_library(
+    name = "sc_primitives",
+    srcs = [
+        "sc_primitives.py",
+    ],
+    deps = [
+        ":sc_core",
+    ],
+)
+''',
+    'jax/_src/BUILD': '''\
+pytype_strict_library(
+    name = "source_info_util",
+    srcs = ["source_info_util.py"],
+    deps = [
+        ":traceback_util",
+    ],
+)
+''',
+    'jax/experimental/BUILD': '''\
+pytype_strict_library(
+    name = "pallas",
+    srcs = glob(
+        [
+            "pallas/**/*.py",
+        ],
+        exclude = [
+            "pallas/tpu.py",
+        ],
+    ),
+    deps = [
+        "//jax",
+    ],
+)
+
+pytype_strict_library(
+    name = "pallas_tpu",
+    srcs = ["pallas/tpu.py"],
+    deps = [
+        ":pallas",
+    ],
+)
+
+pytype_strict_library(
+    name = "pallas_tpu_sc",
+    srcs = ["pallas/tpu_sc.py"],
+    deps = [
+        ":pallas",
+    ],
+)
+''',
+    'tests/pallas/BUILD': '''\
+jax_multiplatform_test(
+    name = "tpu_pallas_interpret_test",
+    srcs = [
+        "tpu_pallas_interpret_test.py",
+    ],
+    enable_backends = ["cpu"],
+    deps = [
+        "//jax/experimental:pallas",
+        "//jax/experimental:pallas_tpu",
+    ] + py_deps([
+        "absl/testing",
+        "numpy",
+    ]),
+)
+
+jax_multiplatform_test(
+    name = "tpu_pallas_interpret_distributed_test",
+    srcs = [
+        "tpu_pallas_interpret_distributed_test.py",
+    ],
+    enable_backends = ["cpu"],
+    deps = [
+        "//jax/experimental:pallas",
+        "//jax/experimental:pallas_tpu",
+    ] + py_deps([
+        "absl/testing",
+        "numpy",
+    ]),
+)
+''',
+}
 _DEP3 = re.compile(r'^(Description|Origin|Forwarded|Applied-Upstream|'
                    r'Last-Update):', re.M)
 
@@ -107,7 +254,8 @@ class UpstreamExportTest(absltest.TestCase):
                                if n.startswith('jax/')])
     for path, text in ((upstream.UPSTREAM_TEST[0], _INTERPRET_TEST),
                        (upstream.UPSTREAM_DISTRIBUTED_TEST[0],
-                        _DISTRIBUTED_TEST)):
+                        _DISTRIBUTED_TEST),
+                       *_BUILD_FILES.items()):
       os.makedirs(os.path.dirname(os.path.join(self.jax, path)),
                   exist_ok=True)
       with open(os.path.join(self.jax, path), 'w') as f:
@@ -339,11 +487,283 @@ class UpstreamExportTest(absltest.TestCase):
       with open(patch.path) as f:
         self.assertRegex(f.read(), _DEP3)
 
+  def test_build_files_list_the_modules_a_commit_imports(self):
+    patches = self.export()
+    clone = self.am(patches)
+    commits = _git(['rev-list', '--reverse', f'{self.head}..HEAD'],
+                   clone).split()
+    # The commit that makes the interpreter import the SparseCore modules,
+    # and puts the SparseCore tests (which import tpu_sc) in upstream's file.
+    (sparsecore,) = [
+        c for c in commits if '\n+from jax._src.pallas.mosaic import sc_core\n'
+        in _git(['show', c], clone)]
+    self.assertIn('\n+from jax.experimental.pallas import tpu_sc as plsc\n',
+                  _git(['show', sparsecore], clone))
+    build_diff = _git(['show', '--format=', sparsecore, '--', '*BUILD'],
+                      clone)
+    self.assertEqual(
+        [l for l in build_diff.splitlines()
+         if l.startswith(('+', '-')) and not l.startswith(('+++', '---'))],
+        ['+        "//jax/_src/pallas/mosaic:sc_core",',
+         '+        "//jax/_src/pallas/mosaic:sc_primitives",',
+         '+        "//jax/experimental:pallas_tpu_sc",'])
+    # At the top of the stack: the labels at their sorted places in the
+    # targets that import them, and nothing else changed (shared_memory's
+    # new import of source_info_util is already listed). tpu.py exports
+    # DeadlockError from shared_memory.
+    interpret = _BUILD_FILES['jax/_src/pallas/mosaic/interpret/BUILD']
+    tests = _BUILD_FILES['tests/pallas/BUILD']
+    experimental = _BUILD_FILES['jax/experimental/BUILD']
+    expected = {
+        'jax/experimental/BUILD': experimental.replace(
+            '    srcs = ["pallas/tpu.py"],\n    deps = [\n'
+            '        ":pallas",\n',
+            '    srcs = ["pallas/tpu.py"],\n    deps = [\n'
+            '        ":pallas",\n'
+            '        "//jax/_src/pallas/mosaic/interpret:shared_memory",\n'),
+        'jax/_src/pallas/mosaic/interpret/BUILD': interpret.replace(
+            '        "//jax/_src/pallas/mosaic:primitives",\n',
+            '        "//jax/_src/pallas/mosaic:primitives",\n'
+            '        "//jax/_src/pallas/mosaic:sc_core",\n'
+            '        "//jax/_src/pallas/mosaic:sc_primitives",\n'),
+        'tests/pallas/BUILD': tests.replace(
+            '        "//jax/experimental:pallas_tpu",\n    ] + py_deps([\n'
+            '        "absl/testing",\n        "numpy",\n    ]),\n)\n\n'
+            'jax_multiplatform_test(\n'
+            '    name = "tpu_pallas_interpret_distributed_test",',
+            '        "//jax/experimental:pallas_tpu",\n'
+            '        "//jax/experimental:pallas_tpu_sc",\n    ] + py_deps([\n'
+            '        "absl/testing",\n        "numpy",\n    ]),\n)\n\n'
+            'jax_multiplatform_test(\n'
+            '    name = "tpu_pallas_interpret_distributed_test",')}
+    self.assertNotEqual(expected['tests/pallas/BUILD'], tests)
+    self.assertNotEqual(expected['jax/experimental/BUILD'], experimental)
+    for path, text in _BUILD_FILES.items():
+      with open(os.path.join(clone, path)) as f:
+        self.assertEqual(f.read(), expected.get(path, text), path)
+
+  def test_descriptions_give_the_counts_they_measure(self):
+    # A stand-in Python whose "pytest" passes every test function of the file
+    # it is given (but the deselected ones), and cannot run the GPU file.
+    gpu = os.path.join(self.jax, 'tests/pallas/gpu_pallas_interpret_test.py')
+    with open(gpu, 'w') as f:
+      f.write('def test_gpu():\n  pass\n')
+    _git(['add', '-A'], self.jax)
+    _git(['commit', '-q', '-m', 'gpu tests'], self.jax)
+    self.head = _git(['rev-parse', 'HEAD'], self.jax).strip()
+    python = os.path.join(self.root, 'bin', 'python')
+    os.makedirs(os.path.dirname(python))
+    with open(python, 'w') as f:
+      f.write(f'''#!{sys.executable}
+import re, sys
+if sys.argv[1] == '-c':
+  print('0.11.1 3.12.1')
+  sys.exit(0)
+args = sys.argv[sys.argv.index('no:cacheprovider') + 1:]
+if 'gpu' in args[0]:
+  print('INTERNALERROR> boom')
+  sys.exit(3)
+names = re.findall(r'^  def (test\\w*)', open(args[0]).read(), re.M)
+kept = [n for n in names if '-k' not in args or 'emit_pipeline' not in n]
+print(f'{{len(kept)}} passed, {{len(names) - len(kept)}} deselected in 0.1s')
+''')
+    os.chmod(python, 0o755)
+    patches = upstream.export(self.jax, self.out, TESTS_DIR, self.manifest,
+                              test_python=python)
+    clone = self.am(patches)
+    commits = _git(['rev-list', '--reverse', f'{self.head}..HEAD'],
+                   clone).split()
+
+    def count(commit: str, path: str) -> int:
+      return len(re.findall(r'^  def (test\w*)',
+                            _git(['show', f'{commit}:{path}'], clone), re.M))
+
+    interpret = upstream.UPSTREAM_TEST[0]
+    for patch, commit in zip(patches, commits):
+      with open(patch[:-len('.patch')] + '.md') as f:
+        description = f.read()
+      self.assertNotIn('Not measured', description)
+      before, after = count(f'{commit}~1', interpret), count(commit, interpret)
+      self.assertIn(
+          f'| `PYTHONPATH=$PWD python -m pytest -q {interpret}` | '
+          f'{before} passed | {after} passed | 0 |', description)
+      self.assertIn('-k \'not emit_pipeline\'` |', description)
+      self.assertIn('(CPU, jaxlib 0.11.1, Python 3.12.1, PYTHONPATH set to '
+                    'the checkout)', description)
+      # The run that could not count says so, with no number.
+      self.assertIn(
+          '| `PYTHONPATH=$PWD python -m pytest -q '
+          'tests/pallas/gpu_pallas_interpret_test.py` | not measured (pytest '
+          'exit code 3: INTERNALERROR> boom) | not measured (pytest exit code '
+          '3: INTERNALERROR> boom) | not known |', description)
+
+  def test_descriptions_without_measuring_claim_no_results(self):
+    for patch in self.export():
+      with open(patch[:-len('.patch')] + '.md') as f:
+        how = f.read().split('## How it was tested\n')[1]
+      self.assertTrue(how.startswith('\nNot measured: this export ran '
+                                     'without `--test_python`'), how)
+      self.assertNotRegex(how, r'\d+ (passed|failed|skipped)')
+
+  def test_test_python_that_is_not_an_executable(self):
+    with self.assertRaisesRegex(errors.UsageError,
+                                '--test_python .*: no such executable'):
+      upstream.export(self.jax, self.out, TESTS_DIR, self.manifest,
+                      test_python=os.path.join(self.root, 'no-python'))
+    self.assertFalse(os.path.exists(self.out))
+    self.assertLen(_git(['worktree', 'list'], self.jax).splitlines(), 1)
+
   def test_not_a_jax_checkout(self):
     with self.assertRaisesRegex(errors.EnvironmentProblem,
                                 'not a jax checkout'):
       upstream.export(self.root, self.out, TESTS_DIR, self.manifest)
 
+
+
+class BazelDepsTest(absltest.TestCase):
+  """The deps of new imports, on the stand-in BUILD files and modules."""
+
+  def setUp(self):
+    super().setUp()
+    self.root = tempfile.mkdtemp(prefix='bazel-deps-test-')
+    self.addCleanup(shutil.rmtree, self.root, ignore_errors=True)
+    for path, text in _BUILD_FILES.items():
+      self.write(path, text)
+    for module in ('jax/__init__.py', 'jax/_src/source_info_util.py',
+                   'jax/_src/pallas/mosaic/__init__.py',
+                   'jax/_src/pallas/mosaic/sc_core.py',
+                   'jax/_src/pallas/mosaic/sc_primitives.py',
+                   'jax/_src/pallas/mosaic/interpret/__init__.py',
+                   'jax/_src/pallas/mosaic/interpret/params.py',
+                   'jax/_src/pallas/mosaic/interpret/shared_memory.py',
+                   'jax/experimental/pallas/__init__.py',
+                   'jax/experimental/pallas/tpu.py',
+                   'jax/experimental/pallas/tpu_sc.py',
+                   'tests/pallas/tpu_pallas_interpret_test.py'):
+      self.write(module, '')
+
+  def write(self, path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(os.path.join(self.root, path)), exist_ok=True)
+    with open(os.path.join(self.root, path), 'w') as f:
+      f.write(text)
+
+  def update(self, path: str, before: str, after: str) -> list[str]:
+    self.write(path, after)
+    return bazel_deps.update_build_files(self.root, {path: before})
+
+  def read(self, path: str) -> str:
+    with open(os.path.join(self.root, path)) as f:
+      return f.read()
+
+  def test_library_gets_each_new_module_in_order(self):
+    path = 'jax/_src/pallas/mosaic/interpret/params.py'
+    self.assertEqual(self.update(path, 'import jax\n', textwrap.dedent('''\
+        import jax
+        import threading
+        from jax._src import source_info_util
+        from jax._src.pallas.mosaic import (sc_primitives,
+                                            sc_core as core)
+        from . import shared_memory
+        def f[T](x: T) -> T:  # syntax newer than Python 3.10 parses
+          import numpy as np
+          return np.asarray(x)
+        ''')), ['jax/_src/pallas/mosaic/interpret/BUILD'])
+    self.assertIn(
+        '    name = "params",\n'
+        '    srcs = ["params.py"],\n'
+        '    deps = [\n'
+        '        ":shared_memory",\n'
+        '        ":utils",\n'
+        '        "//jax",\n'
+        '        "//jax/_src:source_info_util",\n'
+        '        "//jax/_src/pallas/mosaic:sc_core",\n'
+        '        "//jax/_src/pallas/mosaic:sc_primitives",\n'
+        '    ] + py_deps("numpy"),\n',
+        self.read('jax/_src/pallas/mosaic/interpret/BUILD'))
+
+  def test_nothing_new_changes_nothing(self):
+    path = 'jax/_src/pallas/mosaic/interpret/shared_memory.py'
+    # Already listed, the package __init__ of `from a import b`, or moved.
+    self.assertEqual(self.update(
+        path, 'import os\nfrom jax._src.pallas.mosaic.interpret import params\n',
+        'from jax._src import source_info_util\n'
+        'from jax._src.pallas.mosaic.interpret import params as p\n'), [])
+    self.assertEqual(self.read('jax/_src/pallas/mosaic/interpret/BUILD'),
+                     _BUILD_FILES['jax/_src/pallas/mosaic/interpret/BUILD'])
+
+  def test_test_gets_public_targets_only(self):
+    path = 'tests/pallas/tpu_pallas_interpret_test.py'
+    # tpu_sc.py is in the glob of :pallas too; the target that names it wins.
+    self.assertEqual(self.update(path, '', textwrap.dedent('''\
+        import jax
+        from jax._src.pallas.mosaic import sc_core
+        from jax.experimental.pallas import tpu_sc as plsc
+        ''')), ['tests/pallas/BUILD'])
+    self.assertIn('        "//jax/experimental:pallas_tpu",\n'
+                  '        "//jax/experimental:pallas_tpu_sc",\n    ] + ',
+                  self.read('tests/pallas/BUILD'))
+    self.assertNotIn('sc_core', self.read('tests/pallas/BUILD'))
+
+  def test_what_it_cannot_do_stops_the_export(self):
+    path = 'jax/_src/pallas/mosaic/interpret/thread_map.py'
+    with self.assertRaisesRegex(errors.PatchDataError,
+                                'imports portpicker, which .* by hand'):
+      self.update(path, '', 'import portpicker\n')
+    path = 'jax/_src/pallas/mosaic/interpret/vector_clock.py'
+    with self.assertRaisesRegex(errors.PatchDataError,
+                                'No target .* has vector_clock.py'):
+      self.update(path, '', 'import jax\n')
+    self.write('jax/_src/pallas/mosaic/interpret/BUILD', textwrap.dedent('''\
+        pytype_strict_library(
+            name = "thread_map",
+            srcs = ["thread_map.py"],
+            deps = py_deps("numpy"),
+        )
+        '''))
+    with self.assertRaisesRegex(errors.PatchDataError, 'by hand'):
+      self.update('jax/_src/pallas/mosaic/interpret/thread_map.py', '',
+                  'from jax._src import source_info_util\n')
+    os.remove(os.path.join(self.root, 'tests/pallas/BUILD'))
+    with self.assertRaisesRegex(errors.PatchDataError, 'No BUILD file'):
+      self.update('tests/pallas/tpu_pallas_interpret_test.py', '',
+                  'from jax.experimental.pallas import tpu_sc\n')
+
+
+class PytestRunsTest(absltest.TestCase):
+
+  def test_counts_and_failures_come_from_pytest_output(self):
+    run = pytest_runs.parse('cmd', 1, textwrap.dedent('''\
+        ..F.s
+        FAILED tests/pallas/a_test.py::T::test_x - AssertionError: 1 != 2
+        ERROR tests/pallas/a_test.py::T::test_y - RuntimeError
+        1 failed, 3 passed, 1 skipped, 2 deselected, 1 error in 12.5s
+        '''))
+    self.assertEqual(run.summary(), '3 passed, 1 failed, 1 errors, 1 skipped, '
+                     '2 deselected')
+    self.assertEqual(run.failures, {'tests/pallas/a_test.py::T::test_x',
+                                    'tests/pallas/a_test.py::T::test_y'})
+    earlier = pytest_runs.parse(
+        'cmd', 1, 'FAILED tests/pallas/a_test.py::T::test_y - x\n'
+        '1 failed, 4 passed in 1.0s\n')
+    self.assertEqual(pytest_runs.new_failures(earlier, run),
+                     '1: `tests/pallas/a_test.py::T::test_x`')
+    self.assertEqual(pytest_runs.new_failures(run, earlier), '0')
+
+  def test_a_run_without_counts_is_not_measured(self):
+    for code, output in ((2, 'Interrupted: 1 error during collection\n'),
+                         (-9, ''), (1, 'Fatal Python error: Aborted\n')):
+      run = pytest_runs.parse('cmd', code, output)
+      self.assertIsNone(run.counts)
+      self.assertStartsWith(run.summary(), f'not measured (pytest exit code '
+                            f'{code}')
+      self.assertEqual(pytest_runs.new_failures(run, run), 'not known')
+    python = os.path.join(tempfile.mkdtemp(), 'python')
+    with open(python, 'w') as f:
+      f.write('#!/bin/sh\nsleep 5\n')
+    os.chmod(python, 0o755)
+    run = pytest_runs.run(os.path.dirname(python), python, ('t.py',),
+                          timeout=0.5)
+    self.assertEqual(run.summary(), 'not measured (timed out after 0 s)')
 
 if __name__ == '__main__':
   absltest.main()

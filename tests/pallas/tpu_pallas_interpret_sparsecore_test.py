@@ -92,9 +92,8 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
 
   @parameterized.parameters(1, 2)
   def test_every_subcore_writes_its_slice(self, num_cores):
-    @self._sparse_core_kernel(
-        None, pltpu.VMEM((8,), jnp.int32), num_cores=num_cores
-    )
+    @self._sparse_core_kernel(None, pltpu.VMEM((8,), jnp.int32),
+                              num_cores=num_cores)
     def kernel(o_ref, vmem_ref):
       core = jax.lax.axis_index('core')
       subcore = jax.lax.axis_index('subcore')
@@ -107,11 +106,8 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
     )
 
   def test_every_scalar_subcore_runs(self):
-    @self._sparse_core_kernel(
-        jax.ShapeDtypeStruct((2,), jnp.int32),
-        pltpu.SMEM((1,), jnp.int32),
-        scalar=True,
-    )
+    @self._sparse_core_kernel(jax.ShapeDtypeStruct((2,), jnp.int32),
+                              pltpu.SMEM((1,), jnp.int32), scalar=True)
     def kernel(o_ref, smem_ref):
       core = jax.lax.axis_index('core')
       smem_ref[0] = 10 * core + 7
