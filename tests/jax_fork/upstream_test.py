@@ -757,7 +757,9 @@ class PytestRunsTest(absltest.TestCase):
       self.assertStartsWith(run.summary(), f'not measured (pytest exit code '
                             f'{code}')
       self.assertEqual(pytest_runs.new_failures(run, run), 'not known')
-    python = os.path.join(tempfile.mkdtemp(), 'python')
+    tmp = tempfile.mkdtemp(prefix='pytest-runs-test-')
+    self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+    python = os.path.join(tmp, 'python')
     with open(python, 'w') as f:
       f.write('#!/bin/sh\nsleep 5\n')
     os.chmod(python, 0o755)
