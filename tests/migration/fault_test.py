@@ -18,13 +18,11 @@ reason where the machine does not allow them.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
 import subprocess
 import sys
-import zipfile
 
 from absl.testing import absltest
 import venv_util
@@ -87,31 +85,12 @@ class FaultTest(absltest.TestCase):
     cls.state_dir, cls.deps = venv.state_dir, venv.deps
     cls.state_root = venv.state_root
     cls.jax_dir = os.path.join(cls.site, 'jax')
-    # The expected ends, computed independently of the tool: pristine from
-    # jax's RECORD, patched by git apply of the series on the wheel's files.
-    record = os.path.join(cls.site, f'jax-{VERSION}.dist-info', 'RECORD')
-    with open(record, encoding='utf-8') as f:
-      rows = dict(line.split(',')[:2] for line in f.read().splitlines())
-    cls.pristine_sha = {}
-    for p in cls.files:
-      value = rows[p].split('=', 1)[1]
-      cls.pristine_sha[p] = base64.urlsafe_b64decode(
-          value + '=' * (-len(value) % 4)).hex()
-    with zipfile.ZipFile(cls.wheel) as zf:
-      cls.pristine = {p: zf.read(p) for p in cls.files}
-    work = os.path.join(cls.root, 'expected')
-    for p, data in cls.pristine.items():
-      os.makedirs(os.path.dirname(os.path.join(work, p)), exist_ok=True)
-      with open(os.path.join(work, p), 'wb') as f:
-        f.write(data)
-    for patch in cls.series.to_apply(VERSION):
-      subprocess.run(['git', 'apply', '-p1', patch.path], cwd=work,
-                     check=True)
-    cls.patched_sha = {}
-    for p in cls.files:
-      with open(os.path.join(work, p), 'rb') as f:
-        cls.patched_sha[p] = _sha(f.read())
-    shutil.rmtree(work)
+    # The expected ends, computed independently of the tool.
+    ends = venv_util.expected_ends(
+        venv, cls.wheel, VERSION, cls.files,
+        [p.path for p in cls.series.to_apply(VERSION)])
+    cls.pristine = ends.pristine
+    cls.pristine_sha, cls.patched_sha = ends.pristine_sha, ends.patched_sha
     cls.tmp = os.path.join(cls.root, 'tmp')
     cls.home = os.path.join(cls.root, 'home')
     cls.decoy = os.path.join(cls.root, 'decoy')

@@ -16,7 +16,6 @@ where the machine does not allow them.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -81,33 +80,12 @@ class OutputFaultTest(absltest.TestCase):
     cls.wheel_dir = os.path.dirname(cls.wheel)
     cls.venv = venv_util.make('migration-output-', cls.wheel, with_pip=False)
     cls.root = cls.venv.root
-    # The expected ends, computed independently of the tool: pristine from
-    # jax's RECORD, patched by git apply of the series on the wheel's files.
-    record = os.path.join(cls.venv.site, f'jax-{VERSION}.dist-info', 'RECORD')
-    with open(record, encoding='utf-8') as f:
-      rows = dict(line.split(',')[:2] for line in f.read().splitlines())
-    cls.pristine_sha = {}
-    for p in cls.files:
-      value = rows[p].split('=', 1)[1]
-      cls.pristine_sha[p] = base64.urlsafe_b64decode(
-          value + '=' * (-len(value) % 4)).hex()
-    with zipfile.ZipFile(cls.wheel) as zf:
-      cls.pristine = {p: zf.read(p) for p in cls.files}
-    work = os.path.join(cls.root, 'expected')
-    for p, data in cls.pristine.items():
-      os.makedirs(os.path.dirname(os.path.join(work, p)), exist_ok=True)
-      with open(os.path.join(work, p), 'wb') as f:
-        f.write(data)
-    for patch in cls.manifest.series_for(VERSION).to_apply(VERSION):
-      subprocess.run(['git', '-c', 'core.autocrlf=false', 'apply', '-p1',
-                      patch.path], cwd=work, check=True,
-                     env=dict(os.environ, GIT_CONFIG_NOSYSTEM='1',
-                              GIT_CONFIG_GLOBAL=os.devnull))
-    cls.patched_sha = {}
-    for p in cls.files:
-      with open(os.path.join(work, p), 'rb') as f:
-        cls.patched_sha[p] = _sha(f.read())
-    shutil.rmtree(work)
+    # The expected ends, computed independently of the tool.
+    ends = venv_util.expected_ends(
+        cls.venv, cls.wheel, VERSION, cls.files,
+        [p.path for p in cls.manifest.series_for(VERSION).to_apply(VERSION)])
+    cls.pristine = ends.pristine
+    cls.pristine_sha, cls.patched_sha = ends.pristine_sha, ends.patched_sha
     cls.wheel_name = (f'jax-{VERSION}+interpret.{cls.manifest.release}'
                       '-py3-none-any.whl')
 

@@ -20,14 +20,12 @@ RECORD (pristine) and ``git apply`` of the series on the wheel's files
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
 import stat
 import subprocess
 import sys
-import zipfile
 
 from absl.testing import absltest
 import venv_util
@@ -144,28 +142,12 @@ class StateFaultTest(absltest.TestCase):
     # A Python to run the tool with; jax goes into --target folders.
     cls.venv = venv_util.make('migration-state-', cls.wheel, with_pip=False)
     cls.root = cls.venv.root
-    record = os.path.join(cls.venv.site, f'jax-{VERSION}.dist-info',
-                          'RECORD')
-    with open(record, encoding='utf-8') as f:
-      rows = dict(line.split(',')[:2] for line in f.read().splitlines())
-    cls.pristine_sha = {}
-    for p in cls.files:
-      value = rows[p].split('=', 1)[1]
-      cls.pristine_sha[p] = base64.urlsafe_b64decode(
-          value + '=' * (-len(value) % 4)).hex()
-    with zipfile.ZipFile(cls.wheel) as zf:
-      cls.pristine = {p: zf.read(p) for p in cls.files}
-    work = os.path.join(cls.root, 'expected')
-    for p, data in cls.pristine.items():
-      os.makedirs(os.path.dirname(os.path.join(work, p)), exist_ok=True)
-      with open(os.path.join(work, p), 'wb') as f:
-        f.write(data)
-    for patch in series.to_apply(VERSION):
-      subprocess.run(['git', 'apply', '-p1', patch.path], cwd=work,
-                     check=True)
-    cls.patched_sha = {
-        p: manifest_lib.sha256_path(os.path.join(work, p)) for p in cls.files}
-    shutil.rmtree(work)
+    # The expected ends, computed independently of the tool.
+    ends = venv_util.expected_ends(
+        cls.venv, cls.wheel, VERSION, cls.files,
+        [p.path for p in series.to_apply(VERSION)])
+    cls.pristine = ends.pristine
+    cls.pristine_sha, cls.patched_sha = ends.pristine_sha, ends.patched_sha
     cls.tmp = os.path.join(cls.root, 'tmp')
     cls.home = os.path.join(cls.root, 'home')
     # The two installs, in one parent; made once, restored per test.

@@ -9,6 +9,7 @@ of the running Python.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import hashlib
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 import absl
 import filelock
@@ -114,3 +116,61 @@ def install_state_dir(state_root: str, site: str) -> str:
   tool's code)."""
   jax = os.fsencode(os.path.realpath(os.path.join(site, 'jax')))
   return os.path.join(state_root, hashlib.sha256(jax).hexdigest()[:16])
+
+
+@dataclasses.dataclass(frozen=True)
+class Ends:
+  """The two states a run may leave the target files in, found without the
+  tool: pristine from jax's RECORD, patched by ``git apply`` of the series
+  on the wheel's files.
+
+  Attributes:
+    pristine: relpath -> the released content (bytes), from the wheel.
+    pristine_sha: relpath -> sha256 hex digest, from jax's RECORD.
+    patched_sha: relpath -> sha256 hex digest of the patched file.
+  """
+  pristine: dict[str, bytes]
+  pristine_sha: dict[str, str]
+  patched_sha: dict[str, str]
+
+
+def expected_ends(venv: JaxVenv, wheel: str, version: str,
+                  files: list[str], patches: list[str]) -> Ends:
+  """The ``Ends`` of ``files`` of jax ``version`` installed in ``venv``.
+
+  Args:
+    venv: a venv of ``make`` with jax ``version`` from ``wheel``.
+    wheel: the released jax wheel.
+    version: its version.
+    files: the target files (``/``-separated relpaths under site-packages).
+    patches: the series' patch files that apply to ``version``, in order;
+      applied with the user's and system git config ignored.
+  """
+  record = os.path.join(venv.site, f'jax-{version}.dist-info', 'RECORD')
+  with open(record, encoding='utf-8') as f:
+    rows = dict(line.split(',')[:2] for line in f.read().splitlines())
+  pristine_sha = {}
+  for p in files:
+    value = rows[p].split('=', 1)[1]
+    pristine_sha[p] = base64.urlsafe_b64decode(
+        value + '=' * (-len(value) % 4)).hex()
+  with zipfile.ZipFile(wheel) as zf:
+    pristine = {p: zf.read(p) for p in files}
+  work = tempfile.mkdtemp(prefix='expected-', dir=venv.root)
+  try:
+    for p, data in pristine.items():
+      os.makedirs(os.path.dirname(os.path.join(work, p)), exist_ok=True)
+      with open(os.path.join(work, p), 'wb') as f:
+        f.write(data)
+    for patch in patches:
+      subprocess.run(['git', '-c', 'core.autocrlf=false', 'apply', '-p1',
+                      patch], cwd=work, check=True,
+                     env=dict(os.environ, GIT_CONFIG_NOSYSTEM='1',
+                              GIT_CONFIG_GLOBAL=os.devnull))
+    patched_sha = {}
+    for p in files:
+      with open(os.path.join(work, p), 'rb') as f:
+        patched_sha[p] = hashlib.sha256(f.read()).hexdigest()
+  finally:
+    shutil.rmtree(work)
+  return Ends(pristine, pristine_sha, patched_sha)
