@@ -9,12 +9,12 @@ package.
 
 Commands:
   fork      Make jax_fork/ a git repository of the released interpreter
-            package with one commit per patch.
+            package with one commit per patch. --all: one branch per series
+            (jax-0.7.2 ... jax-0.12.0), each on its release's files (tag
+            upstream/V).
   refresh   Rewrite the series from jax_fork/'s commits and regenerate the
-            manifest.
-            fork --all: one branch per series (jax-0.7.2 ... jax-0.12.0),
-            each on its release's files (tag upstream/V); refresh --all:
-            rewrite every series from its branch, all or nothing.
+            manifest. --all: rewrite every series from its branch, all or
+            nothing.
   carry     Carry COMMIT or A..B (a fix, normally a fixup! commit on the
             newest branch) to every other series' branch (--onto=B,...): git
             cherry-pick -x, then rebase --autosquash; stops at the first
@@ -108,15 +108,17 @@ _REPO_PATCHES = os.path.join(
 # The flags python -m migration defines too, with what they mean here.
 _SHARED_FLAGS = {
     'json': None,
-    'patches_dir': None,
+    'patches_dir': 'The patches folder to edit (default: '
+                   '$JAX_INTERPRET_PATCHES_DIR, else patches/ beside '
+                   'jax_fork/, never an installed copy).',
     'wheel_dir': None,
     'version': 'fork/port: a jax version; default (fork): the newest served '
                'one.',
     'all': 'fork, refresh: every series, one branch each.',
     'readme': 'port: the Markdown file with the compatibility table '
               '(default: README.md beside patches/).',
-    'output_dir': 'export-upstream: the directory for the patches (default: '
-                  'dist/upstream) (-o).',
+    'output_dir': 'export-upstream: the directory for the patches; without '
+                  '-o, dist/upstream, not the default shown here (-o).',
 }
 for _name, _help in _SHARED_FLAGS.items():
   if _help:
