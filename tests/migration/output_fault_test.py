@@ -53,6 +53,17 @@ def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
                         errors='surrogateescape', **kwargs)
 
 
+def _signals_as_from_a_shell() -> None:
+  """In the child before exec: the three signals at their default action.
+
+  A test run under ``nohup`` (or a CI runner that ignores SIGHUP) would pass
+  the ignored SIGHUP on to the tool, which keeps it ignored, as it should.
+  The signal mask stays the parent's.
+  """
+  for signum in SIGNALS:
+    signal.signal(signum, signal.SIG_DFL)
+
+
 def _listing(root: str) -> dict[str, tuple]:
   """Path -> (mode, size, mtime) of every file under ``root``; of a folder,
   its mode (a file made and removed in it changes its mtime)."""
@@ -122,6 +133,7 @@ class OutputFaultTest(absltest.TestCase):
                cwd: str | None = None) -> subprocess.CompletedProcess[str]:
     """Runs the tool; checks the exit code and that there is no traceback."""
     proc = _run([python or self.venv.python, '-m', 'migration', *args],
+                preexec_fn=_signals_as_from_a_shell,
                 cwd=cwd or os.path.join(self.work, 'cwd'),
                 env=env or self.env())
     if expect is not None:
@@ -335,7 +347,7 @@ class OutputFaultTest(absltest.TestCase):
     proc = subprocess.Popen(
         [python, '-m', 'migration', *args], cwd=os.path.join(self.work, 'cwd'),
         env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        text=True, preexec_fn=_signals_as_from_a_shell)
     # A signal before Python runs the tool's first line gets Python's
     # default action: wait until the tool handles SIGTERM (/proc's SigCgt).
     deadline = time.monotonic() + 60
