@@ -399,13 +399,18 @@ class InterpretCollectiveRunScopedTest(test_util.InterpretTestCase):
 class InterpretCollectiveRunScopedMisuseTest(test_util.InterpretTestCase):
 
   @parameterized.named_parameters(
-      ('mismatched_allocations', 64,
+      # One run_scoped call site (same summarized source line), so only the
+      # shapes differ.
+      ('shape_mismatch_at_one_call_site', 64, False,
+       r'(?s)(?=.*Collective run_scoped mismatch on device 0)'
+       r'(?=.*\(8, 64\) float32)(?=.*\(8, 128\) float32)'),
+      ('same_type_at_two_call_sites', 128, True,
        r'Collective run_scoped mismatch on device 0'),
-      ('not_entered_by_all_cores', None,
+      ('not_entered_by_all_cores', None, False,
        r'entered by cores \[0\] but not by cores \[1\]'),
   )
   def test_collective_allocation_mismatch_or_partial_entry_raises(
-      self, core_1_columns, regex
+      self, core_1_columns, two_call_sites, regex
   ):
     @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((2, 8, 128), jnp.float32),
@@ -420,13 +425,13 @@ class InterpretCollectiveRunScopedMisuseTest(test_util.InterpretTestCase):
       def body(buffer_ref):
         pltpu.sync_copy(x_ref.at[:, : buffer_ref.shape[1]], buffer_ref)
 
-      @pl.when(core == 0)
-      def _():
+      def scope(columns):
         pl.run_scoped(
-            body, pltpu.VMEM((8, 128), jnp.float32), collective_axes='core'
+            body, pltpu.VMEM((8, columns), jnp.float32), collective_axes='core'
         )
 
-      if core_1_columns is not None:
+      pl.when(core == 0)(lambda: scope(128))
+      if two_call_sites:
         @pl.when(core == 1)
         def _():
           pl.run_scoped(
@@ -434,6 +439,8 @@ class InterpretCollectiveRunScopedMisuseTest(test_util.InterpretTestCase):
               pltpu.VMEM((8, core_1_columns), jnp.float32),
               collective_axes='core',
           )
+      elif core_1_columns is not None:
+        pl.when(core == 1)(lambda: scope(core_1_columns))
 
       pltpu.sync_copy(x_ref, o_ref.at[core])
 
