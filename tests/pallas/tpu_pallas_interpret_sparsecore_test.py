@@ -178,11 +178,13 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
     self.assertEqual(mosaic_interpret.races.races_found, not barrier)
 
   @parameterized.parameters(
-      (('subcore',), np.arange(2) * 10 + 1),
-      (('core', 'subcore'), np.full(2, 1)),
+      (('subcore',), 'vmem', np.arange(2) * 10 + 1),
+      # One HBM buffer per SparseCore (not one per device).
+      (('subcore',), 'hbm', np.arange(2) * 10 + 1),
+      (('core', 'subcore'), 'vmem', np.full(2, 1)),
   )
   def test_collective_scope_over_subcore_axes(
-      self, collective_axes, expected_per_core
+      self, collective_axes, memory_space, expected_per_core
   ):
     # Subcore 0 of each SparseCore (or of SparseCore 0, when the scope spans
     # both axes) fills the collective buffer and signals the collective
@@ -194,6 +196,7 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
         pltpu.VMEM((8,), jnp.int32),
         detect_races=True,
         allow_collective_axes_in_run_scoped=True,
+        allow_hbm_allocation_in_run_scoped=memory_space == 'hbm',
     )
     def kernel(o_ref, vmem_ref):
       core = jax.lax.axis_index('core')
@@ -205,16 +208,19 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
       def body(buffer_ref, sem):
         @pl.when(writer)
         def _():
-          buffer_ref[...] = jnp.full((8,), 10 * core + 1, jnp.int32)
+          vmem_ref[...] = jnp.full((8,), 10 * core + 1, jnp.int32)
+          pltpu.sync_copy(vmem_ref, buffer_ref)
           pl.semaphore_signal(sem, sharing)
 
         pl.semaphore_wait(sem, 1)
-        vmem_ref[...] = buffer_ref[...]
+        pltpu.sync_copy(buffer_ref, vmem_ref)
         pltpu.sync_copy(vmem_ref, o_ref.at[core, subcore])
 
       pl.run_scoped(
           body,
-          pltpu.VMEM((8,), jnp.int32),
+          (pltpu.HBM if memory_space == 'hbm' else pltpu.VMEM)(
+              (8,), jnp.int32
+          ),
           pltpu.SemaphoreType.REGULAR,
           collective_axes=collective_axes,
       )
