@@ -151,13 +151,10 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
   def test_race_on_vmem_shared_without_barrier(self, barrier):
     # Subcores 0 and 1 write the same VMEM_SHARED words. Without a barrier
     # between subcore 0's write and subcore 1's, that is a race.
-    @self._sparse_core_kernel(
-        jax.ShapeDtypeStruct((8,), jnp.int32),
-        pltpu.VMEM_SHARED((8,), jnp.int32),
-        pltpu.VMEM((8,), jnp.int32),
-        num_cores=1,
-        detect_races=True,
-    )
+    @self._sparse_core_kernel(jax.ShapeDtypeStruct((8,), jnp.int32),
+                              pltpu.VMEM_SHARED((8,), jnp.int32),
+                              pltpu.VMEM((8,), jnp.int32), num_cores=1,
+                              detect_races=True)
     def kernel(o_ref, shared_ref, vmem_ref):
       subcore = jax.lax.axis_index('subcore')
       vmem_ref[...] = jnp.full((8,), 1, jnp.int32)
@@ -178,10 +175,10 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
     self.assertEqual(mosaic_interpret.races.races_found, not barrier)
 
   @parameterized.parameters(
-      (('subcore',), 'vmem', np.arange(2) * 10 + 1),
+      (('subcore',), pltpu.VMEM, np.arange(2) * 10 + 1),
       # One HBM buffer per SparseCore (not one per device).
-      (('subcore',), 'hbm', np.arange(2) * 10 + 1),
-      (('core', 'subcore'), 'vmem', np.full(2, 1)),
+      (('subcore',), pltpu.HBM, np.arange(2) * 10 + 1),
+      (('core', 'subcore'), pltpu.VMEM, np.full(2, 1)),
   )
   def test_collective_scope_over_subcore_axes(
       self, collective_axes, memory_space, expected_per_core
@@ -196,7 +193,7 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
         pltpu.VMEM((8,), jnp.int32),
         detect_races=True,
         allow_collective_axes_in_run_scoped=True,
-        allow_hbm_allocation_in_run_scoped=memory_space == 'hbm',
+        allow_hbm_allocation_in_run_scoped=memory_space is pltpu.HBM,
     )
     def kernel(o_ref, vmem_ref):
       core = jax.lax.axis_index('core')
@@ -218,9 +215,7 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
 
       pl.run_scoped(
           body,
-          (pltpu.HBM if memory_space == 'hbm' else pltpu.VMEM)(
-              (8,), jnp.int32
-          ),
+          memory_space((8,), jnp.int32),
           pltpu.SemaphoreType.REGULAR,
           collective_axes=collective_axes,
       )
@@ -230,11 +225,8 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
     self.assertFalse(mosaic_interpret.races.races_found)
 
   def test_barrier_not_reached_by_every_subcore_is_a_deadlock(self):
-    @self._sparse_core_kernel(
-        jax.ShapeDtypeStruct((8,), jnp.int32),
-        pltpu.VMEM((8,), jnp.int32),
-        num_cores=1,
-    )
+    @self._sparse_core_kernel(jax.ShapeDtypeStruct((8,), jnp.int32),
+                              pltpu.VMEM((8,), jnp.int32), num_cores=1)
     def kernel(o_ref, vmem_ref):
       subcore = jax.lax.axis_index('subcore')
 
