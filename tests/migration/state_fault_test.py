@@ -192,9 +192,17 @@ class StateFaultTest(absltest.TestCase):
     """The uid and gid of a user other than root (made if missing)."""
     if os.geteuid() != 0:
       self.skipTest('needs root to act as another user')
-    _run(['useradd', '--no-create-home', '--shell', '/usr/sbin/nologin',
-          OTHER_USER])
     import pwd  # pylint: disable=g-import-not-at-top
+    try:
+      pw = pwd.getpwnam(OTHER_USER)
+    except KeyError:
+      # Bazel's test PATH has no sbin folders.
+      useradd = shutil.which('useradd', path=os.pathsep.join(
+          [os.environ.get('PATH', os.defpath), '/usr/sbin', '/sbin']))
+      if useradd is None:
+        self.skipTest('no useradd to make another user')
+      _run([useradd, '--no-create-home', '--shell', '/usr/sbin/nologin',
+            OTHER_USER])
     try:
       pw = pwd.getpwnam(OTHER_USER)
     except KeyError:
