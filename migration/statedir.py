@@ -39,6 +39,7 @@ import json
 import os
 import pwd
 import stat
+from typing import Callable
 
 from migration import environment
 from migration import errors
@@ -122,12 +123,13 @@ def _refuse(path: str, why: str) -> errors.EnvironmentProblem:
       f'set {STATE_DIR_ENV} to a folder of your own.')
 
 
-def check_dir(path: str, env: environment.Environment) -> bool:
-  """Checks a state folder; returns False if it does not exist.
+def _check(path: str, env: environment.Environment,
+           is_type: Callable[[int], bool], wrong_type: str) -> bool:
+  """Checks ``path`` without following or opening it; False if absent.
 
   Raises:
-    EnvironmentProblem: it is a link or not a folder, or another user owns
-      it or can write it.
+    EnvironmentProblem: it is a link, fails ``is_type`` (``wrong_type``
+      says how), or another user owns it or can write it.
   """
   try:
     st = os.lstat(path)
@@ -137,12 +139,22 @@ def check_dir(path: str, env: environment.Environment) -> bool:
     raise _refuse(path, f'unreadable ({e.strerror})') from e
   if stat.S_ISLNK(st.st_mode):
     raise _refuse(path, 'a symbolic link')
-  if not stat.S_ISDIR(st.st_mode):
-    raise _refuse(path, 'not a folder')
+  if not is_type(st.st_mode):
+    raise _refuse(path, wrong_type)
   why = _unsafe(st, env)
   if why:
     raise _refuse(path, why)
   return True
+
+
+def check_dir(path: str, env: environment.Environment) -> bool:
+  """Checks a state folder; returns False if it does not exist.
+
+  Raises:
+    EnvironmentProblem: it is a link or not a folder, or another user owns
+      it or can write it.
+  """
+  return _check(path, env, stat.S_ISDIR, 'not a folder')
 
 
 def check_file(path: str, env: environment.Environment) -> None:
@@ -152,19 +164,8 @@ def check_file(path: str, env: environment.Environment) -> None:
     EnvironmentProblem: it is a link or not a regular file, or another user
       owns it or can write it.
   """
-  try:
-    st = os.lstat(path)
-  except FileNotFoundError:
-    return
-  except OSError as e:
-    raise _refuse(path, f'unreadable ({e.strerror})') from e
-  if stat.S_ISLNK(st.st_mode):
-    raise _refuse(path, 'a symbolic link')
-  if not stat.S_ISREG(st.st_mode):
-    raise _refuse(path, 'not a regular file (a FIFO, device or folder)')
-  why = _unsafe(st, env)
-  if why:
-    raise _refuse(path, why)
+  _check(path, env, stat.S_ISREG,
+         'not a regular file (a FIFO, device or folder)')
 
 
 def _mkdir_private(path: str, env: environment.Environment) -> None:
