@@ -9,8 +9,15 @@ def jax_version_suffix(version):
     """Returns the target name suffix of a jax version: jax0_12_0_1."""
     return "jax" + version.replace(".", "_")
 
-def jax_py_test(name, srcs = None, main = None, env = {}, tags = [], **kwargs):
-    """A py_test per version in JAX_VERSIONS, and a test_suite of them all.
+def jax_py_test(
+        name,
+        srcs = None,
+        main = None,
+        env = {},
+        tags = [],
+        versions = JAX_VERSIONS,
+        **kwargs):
+    """A py_test per version in `versions`, and a test_suite of them all.
 
     The tests are `<name>_jax0_12_0_1`, `<name>_jax0_11_2`, ...; each runs
     under .venvs/test-jax-<version>/bin/python (see python_dispatch.sh), with
@@ -22,12 +29,14 @@ def jax_py_test(name, srcs = None, main = None, env = {}, tags = [], **kwargs):
       main: the file to run, by default the first of `srcs`.
       env: extra environment variables of every test.
       tags: tags of every test and of the suite.
+      versions: the jax versions to test, by default all of JAX_VERSIONS
+        (the tools' tests take only the newest, `JAX_VERSIONS[:1]`).
       **kwargs: passed on to each py_test (deps, data, size, ...).
     """
     srcs = srcs or [name + ".py"]
     main = main or srcs[0]
     tests = []
-    for version in JAX_VERSIONS:
+    for version in versions:
         test_name = "%s_%s" % (name, jax_version_suffix(version))
         native.py_test(
             name = test_name,
