@@ -15,6 +15,7 @@ REASON`, and exits 0 or 1 accordingly; 1 also when jax cannot be inspected.
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -45,7 +46,10 @@ def main(argv: list[str]) -> int:
   for path, sha256 in sorted(env.record.items()):
     if path in targets:
       continue
-    if manifest_lib.sha256_path(env.path(path)) != sha256:
+    # RECORD's paths are relative to site-packages; the dist-info's files
+    # are there too (uv hashes INSTALLER), so not env.path (jax/ only).
+    full = os.path.join(env.site_packages, *path.split('/'))
+    if manifest_lib.sha256_path(full) != sha256:
       print(f'not reusable: {path} differs from jax\'s RECORD')
       return 1
   print(f'reusable: {status.overall}')
