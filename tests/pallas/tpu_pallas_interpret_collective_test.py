@@ -361,7 +361,7 @@ class InterpretCollectiveRunScopedTest(test_util.InterpretTestCase):
     with self.assertRaisesRegex(error, regex):
       kernel(jnp.ones((8, 128), jnp.float32))
 
-  def test_collective_axes_naming_grid_axis_raises(self):
+  def test_collective_axes_outside_core_map_raises(self):
     def kernel(x_ref, o_ref):
       def body(buffer_ref):
         buffer_ref[...] = x_ref[...]

@@ -298,48 +298,6 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
     expected_sum = sum(range(1, num_iterations + 1))
     np.testing.assert_array_equal(out, [expected_sum, 0])
 
-  @parameterized.parameters('eager', 'on_wait')
-  def test_nondecrementing_wait_on_dma_signalled_semaphore(
-      self, dma_execution_mode
-  ):
-    shape = (8, 128)
-    num_bytes = np.prod(shape) * np.dtype(np.float32).itemsize
-
-    def kernel(x_ref, o_ref, y_ref, vmem_ref, sem):
-      # A DMA signals a REGULAR semaphore with the number of bytes copied.
-      pltpu.make_async_copy(x_ref, vmem_ref, sem).start()
-      pl.semaphore_wait(sem, num_bytes, decrement=False)
-      o_ref[0] = pl.semaphore_read(sem)
-      y_ref[...] = vmem_ref[...] + 1.0
-      pl.semaphore_wait(sem, num_bytes)
-      o_ref[1] = pl.semaphore_read(sem)
-
-    x = jnp.arange(np.prod(shape), dtype=jnp.float32).reshape(shape)
-    out, y = pl.pallas_call(
-        kernel,
-        out_shape=(
-            jax.ShapeDtypeStruct((2,), jnp.int32),
-            jax.ShapeDtypeStruct(shape, jnp.float32),
-        ),
-        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-        out_specs=(
-            pl.BlockSpec(memory_space=pltpu.SMEM),
-            pl.BlockSpec(memory_space=pltpu.VMEM),
-        ),
-        scratch_shapes=[
-            pltpu.VMEM(shape, jnp.float32),
-            pltpu.SemaphoreType.REGULAR,
-        ],
-        interpret=test_util.interpret_params(
-            allow_non_decrementing_semaphore_wait=True,
-            detect_races=True, dma_execution_mode=dma_execution_mode
-        ),
-    )(x)
-    out = jax.block_until_ready(out)
-    np.testing.assert_array_equal(out, [num_bytes, 0])
-    np.testing.assert_array_equal(y, np.asarray(x) + 1.0)
-    self.assertFalse(mosaic_interpret.races.races_found)
-
   @parameterized.parameters(1, 2, 4)
   def test_nondecrementing_wait_flag_across_cores(self, num_cores):
     # Core 0 raises a flag on every core; each core polls it twice without
