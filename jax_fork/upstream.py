@@ -59,12 +59,9 @@ UPSTREAM_TEST = (os.path.join(TEST_DIR, 'tpu_pallas_interpret_test.py'),
 UPSTREAM_DISTRIBUTED_TEST = (
     os.path.join(TEST_DIR, 'tpu_pallas_interpret_distributed_test.py'),
     'InterpretDistributedTest')
-# The only paths an exported commit may touch (`tpu.py` exports
-# `DeadlockError`, and `jax/experimental/BUILD` gets its dep). No changelog:
-# upstream's interpreter commits add none, and entries of stacked PRs would
-# conflict.
-ALLOWED_PATHS = ('jax/_src/pallas/mosaic/interpret/', 'tests/pallas/',
-                 'jax/experimental/pallas/tpu.py', 'jax/experimental/BUILD')
+# The only paths an exported commit may touch. No changelog: upstream's
+# interpreter commits add none, and entries of stacked PRs would conflict.
+ALLOWED_PATHS = ('jax/_src/pallas/mosaic/interpret/', 'tests/pallas/')
 
 # The tests also run on older jax releases. The code that only those need is
 # fenced by these comment lines; inside a fence, a comment

@@ -30,8 +30,8 @@ PATCHES = os.path.join(REPO, 'patches')
 NEWEST = manifest_lib.load(PATCHES).served_versions()[-1]
 ONCE = os.environ.get('JAX_INTERPRET_PATCHES_TEST_VERSION', NEWEST) == NEWEST
 PACKAGE = 'jax/_src/pallas/mosaic/interpret/'
-# The series also patches files outside the package (jax/experimental/pallas/
-# tpu.py exports DeadlockError): a synthetic release has them as released.
+# Files the series patches outside the package (none at present), which a
+# synthetic release has as released.
 OUTSIDE = tuple(f for f in manifest_lib.load(PATCHES).series_for(NEWEST).files
                 if not f.startswith(PACKAGE))
 SHIFT = '# A line this synthetic release adds.\n' * 3

@@ -22,6 +22,8 @@ To work around https://github.com/jax-ml/jax/issues/25671 , this file
 contains only tests that do not use shard_map.
 """
 
+from unittest import mock
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -359,7 +361,7 @@ class InterpretCollectiveRunScopedTest(test_util.InterpretTestCase):
     with self.assertRaisesRegex(error, regex):
       kernel(jnp.ones((8, 128), jnp.float32))
 
-  def test_collective_axes_naming_grid_axis_raises(self):
+  def test_collective_axes_outside_core_map_raises(self):
     def kernel(x_ref, o_ref):
       def body(buffer_ref):
         buffer_ref[...] = x_ref[...]
@@ -447,6 +449,66 @@ class InterpretCollectiveRunScopedMisuseTest(test_util.InterpretTestCase):
     with self.assertRaisesRegex(jax.errors.JaxRuntimeError, regex):
       kernel(jnp.ones((8, 128), jnp.float32)).block_until_ready()
     pltpu.reset_tpu_interpret_mode_state()
+
+  def test_collective_allocations_are_forgotten_once_every_core_made_them(
+      self,
+  ):
+    # Each iteration of the loop makes a new collective allocation (a buffer
+    # and a semaphore); its record must go once every core has made it, so
+    # the end-of-kernel check finds none left.
+    num_cores, num_iterations = 2, 3
+    # Older jax releases: begin.
+    shared_memory_class = getattr(
+        mosaic_interpret, 'memory', mosaic_interpret
+    ).SharedMemory
+    # At jax HEAD: shared_memory_class = mosaic_interpret.memory.SharedMemory
+    # Older jax releases: end.
+    get_incomplete = shared_memory_class.get_incomplete_collective_allocations
+    num_records_at_exit = []
+
+    def record_and_get_incomplete(shared_memory, device_id):
+      num_records_at_exit.append(len(shared_memory.collective_allocations))
+      return get_incomplete(shared_memory, device_id)
+
+    self.enter_context(
+        mock.patch.object(
+            shared_memory_class,
+            'get_incomplete_collective_allocations',
+            record_and_get_incomplete,
+        )
+    )
+
+    @test_util.kernel(
+        out_type=jax.ShapeDtypeStruct((num_cores, 8, 128), jnp.float32),
+        mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=num_cores),
+        interpret=test_util.interpret_params(
+            allow_collective_axes_in_run_scoped=True
+        ),
+    )
+    def kernel(x_ref, o_ref):
+      core = jax.lax.axis_index('core')
+
+      def body(buffer_ref, sem):
+        del buffer_ref
+        pl.semaphore_signal(sem, 1)
+        pl.semaphore_wait(sem, 1)
+
+      def step(i, carry):
+        pl.run_scoped(
+            body,
+            pltpu.VMEM((8, 128), jnp.float32),
+            pltpu.SemaphoreType.REGULAR,
+            collective_axes='core',
+        )
+        return carry
+
+      jax.lax.fori_loop(0, num_iterations, step, 0)
+      pltpu.sync_copy(x_ref, o_ref.at[core])
+
+    x = jnp.ones((8, 128), jnp.float32)
+    out = jax.block_until_ready(kernel(x))
+    np.testing.assert_array_equal(out, np.broadcast_to(x, out.shape))
+    self.assertEqual(num_records_at_exit, [0])
 
 
 if __name__ == '__main__':

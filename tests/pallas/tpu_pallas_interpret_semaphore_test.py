@@ -80,7 +80,6 @@ class InterpretLocalSignalTest(test_util.InterpretTestCase):
       pltpu.sync_copy(vmem_ref, o_ref.at[core])
 
     out = jax.block_until_ready(kernel())
-    np.testing.assert_array_equal(out[:, 0, 0], [1.0, 2.0])
     np.testing.assert_array_equal(
         out, np.broadcast_to(np.array([1.0, 2.0])[:, None, None], out.shape)
     )
@@ -92,31 +91,6 @@ class InterpretLocalSignalTest(test_util.InterpretTestCase):
 class InterpretSemaphoreReadTest(test_util.InterpretTestCase):
   """Tests of `pl.semaphore_read` (patch 0002)."""
 
-  def _run_single_core(
-      self, kernel, num_outputs, semaphore=pltpu.SemaphoreType.REGULAR,
-      **params
-  ):
-    """Runs `kernel(o_ref, sem)` on one core and returns `o_ref`.
-
-    Args:
-      kernel: The kernel body; `o_ref` is int32[num_outputs] in SMEM.
-      num_outputs: The length of the output.
-      semaphore: The type of the scratch semaphore `sem`.
-      **params: Fields of `InterpretParams`.
-
-    Returns:
-      The output, int32[num_outputs].
-    """
-    return jax.block_until_ready(
-        pl.pallas_call(
-            kernel,
-            out_shape=jax.ShapeDtypeStruct((num_outputs,), jnp.int32),
-            out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
-            scratch_shapes=[semaphore],
-            interpret=test_util.interpret_params(**params),
-        )()
-    )
-
   def test_signal_read_wait_read(self):
     def kernel(o_ref, sem):
       pl.semaphore_signal(sem, 3)
@@ -124,8 +98,37 @@ class InterpretSemaphoreReadTest(test_util.InterpretTestCase):
       pl.semaphore_wait(sem, 3)
       o_ref[1] = pl.semaphore_read(sem)
 
-    out = self._run_single_core(kernel, 2)
+    out = jax.block_until_ready(
+        pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((2,), jnp.int32),
+            out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+            scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+            interpret=test_util.interpret_params(),
+        )()
+    )
     np.testing.assert_array_equal(out, [3, 0])
+
+  def test_semaphore_read_of_array_views(self):
+    def kernel(o_ref, sems):
+      for i in range(4):
+        pl.semaphore_signal(sems.at[i], i + 1)
+      for i in range(4):
+        o_ref[i] = pl.semaphore_read(sems.at[i])
+      for i in range(4):
+        pl.semaphore_wait(sems.at[i], i + 1)
+      o_ref[4] = sum(pl.semaphore_read(sems.at[i]) for i in range(4))
+
+    out = jax.block_until_ready(
+        pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((5,), jnp.int32),
+            out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+            scratch_shapes=[pltpu.SemaphoreType.REGULAR((4,))],
+            interpret=test_util.interpret_params(),
+        )()
+    )
+    np.testing.assert_array_equal(out, [1, 2, 3, 4, 0])
 
   @parameterized.parameters('on_wait', 'eager')
   def test_semaphore_read_polls_dma_to_completion(self, dma_execution_mode):
@@ -177,27 +180,52 @@ class InterpretSemaphoreReadTest(test_util.InterpretTestCase):
 class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
   """Tests of `pl.semaphore_wait(..., decrement=False)` (patch 0003)."""
 
-  # The helpers of the tests of patches 0001 and 0002, which upstream's
-  # InterpretTest has before this class's tests are added to it.
+  # The helper of the tests of patch 0001, which upstream's InterpretTest has
+  # before this class's tests are added to it.
   _core_kernel = InterpretLocalSignalTest._core_kernel
-  _run_single_core = InterpretSemaphoreReadTest._run_single_core
 
-  def test_nondecrementing_wait_leaves_count(self):
+  @parameterized.parameters(False, True)
+  def test_nondecrementing_wait_leaves_count(self, detect_races):
+    num_iterations = 5
+
     def kernel(o_ref, sem):
-      pl.semaphore_signal(sem, 2)
-      pl.semaphore_wait(sem, 2, decrement=False)
-      o_ref[0] = pl.semaphore_read(sem)
-      pl.semaphore_wait(sem, 1, decrement=False)
-      o_ref[1] = pl.semaphore_read(sem)
+      # Before any signal, a wait for 0 returns at once.
       pl.semaphore_wait(sem, 0, decrement=False)
-      o_ref[2] = pl.semaphore_read(sem)
-      pl.semaphore_wait(sem, 2)
-      o_ref[3] = pl.semaphore_read(sem)
+      o_ref[0] = pl.semaphore_read(sem)
 
-    out = self._run_single_core(
-        kernel, 4, allow_non_decrementing_semaphore_wait=True
+      def body(i, total):
+        pl.semaphore_signal(sem, 1)
+        # The count is i + 1 here; a wait for any value up to it returns and
+        # leaves the count.
+        pl.semaphore_wait(sem, i + 1, decrement=False)
+
+        @pl.when(i % 2 == 0)
+        def _():
+          pl.semaphore_wait(sem, 1, decrement=False)
+
+        pl.semaphore_wait(sem, 0, decrement=False)
+        return total + pl.semaphore_read(sem)
+
+      o_ref[1] = jax.lax.fori_loop(0, num_iterations, body, jnp.int32(0))
+      pl.semaphore_wait(sem, num_iterations)
+      o_ref[2] = pl.semaphore_read(sem)
+
+    out = jax.block_until_ready(
+        pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((3,), jnp.int32),
+            out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+            scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+            interpret=test_util.interpret_params(
+                allow_non_decrementing_semaphore_wait=True,
+                detect_races=detect_races,
+            ),
+        )()
     )
-    np.testing.assert_array_equal(out, [2, 2, 2, 0])
+    # The count is 1, 2, ..., num_iterations after each iteration's signal.
+    np.testing.assert_array_equal(
+        out, [0, sum(range(1, num_iterations + 1)), 0]
+    )
 
   def test_nondecrementing_wait_needs_allow_flag(self):
     def kernel(o_ref, sem):
@@ -211,7 +239,13 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
         r'not supported by the Mosaic TPU compiler.*'
         r'InterpretParams\(allow_non_decrementing_semaphore_wait=True\)',
     ):
-      self._run_single_core(kernel, 1)
+      pl.pallas_call(
+          kernel,
+          out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+          out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+          scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+          interpret=test_util.interpret_params(),
+      )()
 
   @parameterized.parameters(False, True)
   def test_nondecrementing_wait_reported_count_at_exit(self, drain):
@@ -228,8 +262,16 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
 
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-      out = self._run_single_core(
-          kernel, 1, allow_non_decrementing_semaphore_wait=True
+      out = jax.block_until_ready(
+          pl.pallas_call(
+              kernel,
+              out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+              out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+              scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+              interpret=test_util.interpret_params(
+                  allow_non_decrementing_semaphore_wait=True
+              ),
+          )()
       )
     np.testing.assert_array_equal(out, [1])
     if drain:
@@ -238,107 +280,6 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
       self.assertRegex(
           stdout.getvalue(), r'non-zero count .* at kernel exit: 2'
       )
-
-  def test_semaphore_read_of_array_views(self):
-    def kernel(o_ref, sems):
-      for i in range(4):
-        pl.semaphore_signal(sems.at[i], i + 1)
-      pl.semaphore_wait(sems.at[2], 3, decrement=False)
-      for i in range(4):
-        o_ref[i] = pl.semaphore_read(sems.at[i])
-      for i in range(4):
-        pl.semaphore_wait(sems.at[i], i + 1)
-      o_ref[4] = sum(pl.semaphore_read(sems.at[i]) for i in range(4))
-
-    out = self._run_single_core(
-        kernel,
-        5,
-        pltpu.SemaphoreType.REGULAR((4,)),
-        allow_non_decrementing_semaphore_wait=True,
-    )
-    np.testing.assert_array_equal(out, [1, 2, 3, 4, 0])
-
-  @parameterized.parameters(False, True)
-  def test_nondecrementing_wait_for_zero_returns_at_once(self, detect_races):
-    def kernel(o_ref, sem):
-      pl.semaphore_wait(sem, 0, decrement=False)
-      o_ref[0] = pl.semaphore_read(sem)
-
-    out = self._run_single_core(
-        kernel,
-        1,
-        allow_non_decrementing_semaphore_wait=True,
-        detect_races=detect_races,
-    )
-    np.testing.assert_array_equal(out, [0])
-
-  def test_nondecrementing_wait_in_loop_and_when(self):
-    num_iterations = 5
-
-    def kernel(o_ref, sem):
-      def body(i, carry):
-        pl.semaphore_signal(sem, 1)
-        # The count is i + 1 here; waiting for any value up to it must return.
-        pl.semaphore_wait(sem, i + 1, decrement=False)
-
-        @pl.when(i % 2 == 0)
-        def _():
-          pl.semaphore_wait(sem, 1, decrement=False)
-
-        return carry + pl.semaphore_read(sem)
-
-      o_ref[0] = jax.lax.fori_loop(0, num_iterations, body, jnp.int32(0))
-      pl.semaphore_wait(sem, num_iterations)
-      o_ref[1] = pl.semaphore_read(sem)
-
-    out = self._run_single_core(
-        kernel, 2, allow_non_decrementing_semaphore_wait=True
-    )
-    # The count is 1, 2, ..., num_iterations after each iteration's signal.
-    expected_sum = sum(range(1, num_iterations + 1))
-    np.testing.assert_array_equal(out, [expected_sum, 0])
-
-  @parameterized.parameters('eager', 'on_wait')
-  def test_nondecrementing_wait_on_dma_signalled_semaphore(
-      self, dma_execution_mode
-  ):
-    shape = (8, 128)
-    num_bytes = np.prod(shape) * np.dtype(np.float32).itemsize
-
-    def kernel(x_ref, o_ref, y_ref, vmem_ref, sem):
-      # A DMA signals a REGULAR semaphore with the number of bytes copied.
-      pltpu.make_async_copy(x_ref, vmem_ref, sem).start()
-      pl.semaphore_wait(sem, num_bytes, decrement=False)
-      o_ref[0] = pl.semaphore_read(sem)
-      y_ref[...] = vmem_ref[...] + 1.0
-      pl.semaphore_wait(sem, num_bytes)
-      o_ref[1] = pl.semaphore_read(sem)
-
-    x = jnp.arange(np.prod(shape), dtype=jnp.float32).reshape(shape)
-    out, y = pl.pallas_call(
-        kernel,
-        out_shape=(
-            jax.ShapeDtypeStruct((2,), jnp.int32),
-            jax.ShapeDtypeStruct(shape, jnp.float32),
-        ),
-        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-        out_specs=(
-            pl.BlockSpec(memory_space=pltpu.SMEM),
-            pl.BlockSpec(memory_space=pltpu.VMEM),
-        ),
-        scratch_shapes=[
-            pltpu.VMEM(shape, jnp.float32),
-            pltpu.SemaphoreType.REGULAR,
-        ],
-        interpret=test_util.interpret_params(
-            allow_non_decrementing_semaphore_wait=True,
-            detect_races=True, dma_execution_mode=dma_execution_mode
-        ),
-    )(x)
-    out = jax.block_until_ready(out)
-    np.testing.assert_array_equal(out, [num_bytes, 0])
-    np.testing.assert_array_equal(y, np.asarray(x) + 1.0)
-    self.assertFalse(mosaic_interpret.races.races_found)
 
   @parameterized.parameters(1, 2, 4)
   def test_nondecrementing_wait_flag_across_cores(self, num_cores):
