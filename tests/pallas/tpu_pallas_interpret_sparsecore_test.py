@@ -271,6 +271,7 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
     dropped = other_subcore and first <= jax.__version_info__ < (0, 12, 0)
     # At jax HEAD: dropped = other_subcore
     # Older jax releases: end.
+
     def peer(core, subcore):
       return (1 - core if other_core else core,
               15 - subcore if other_subcore else subcore)
