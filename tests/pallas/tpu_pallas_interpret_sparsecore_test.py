@@ -238,7 +238,7 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
 
     with self.assertRaisesRegex(
         jax.errors.JaxRuntimeError,
-        rf'(?s){pltpu.DeadlockError.__name__}.*device 0, core 0: waits .* for'
+        r'(?s)DeadlockError.*device 0, core 0: waits .* for'
         r' subcore barrier.* to reach 16; its count is 15\.',
     ):
       jax.block_until_ready(kernel())
