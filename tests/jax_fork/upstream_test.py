@@ -133,6 +133,14 @@ pytype_strict_library(
 ''',
     'jax/_src/pallas/mosaic/BUILD': '''\
 pytype_strict_library(
+    name = "random",
+    srcs = ["random.py"],
+    deps = [
+        ":primitives",
+    ],
+)
+
+pytype_strict_library(
     name = "sc_core",
     srcs = [
         "sc_core.py",
@@ -153,6 +161,14 @@ pytype_strict_library(
 )
 ''',
     'jax/_src/BUILD': '''\
+pytype_strict_library(
+    name = "random",
+    srcs = [
+        "random/__init__.py",
+        "random/prng.py",
+    ],
+)
+
 pytype_strict_library(
     name = "source_info_util",
     srcs = ["source_info_util.py"],
@@ -524,8 +540,12 @@ class UpstreamExportTest(absltest.TestCase):
         'jax/_src/pallas/mosaic/interpret/BUILD': interpret.replace(
             '        "//jax/_src/pallas/mosaic:primitives",\n',
             '        "//jax/_src/pallas/mosaic:primitives",\n'
+            '        "//jax/_src/pallas/mosaic:random",\n'
             '        "//jax/_src/pallas/mosaic:sc_core",\n'
-            '        "//jax/_src/pallas/mosaic:sc_primitives",\n'),
+            '        "//jax/_src/pallas/mosaic:sc_primitives",\n').replace(
+            '        "//jax",\n        "//jax/_src/pallas",\n',
+            '        "//jax",\n        "//jax/_src:random",\n'
+            '        "//jax/_src/pallas",\n'),
         'tests/pallas/BUILD': tests.replace(
             '        "//jax/experimental:pallas_tpu",\n    ] + py_deps([\n'
             '        "absl/testing",\n        "numpy",\n    ]),\n)\n\n'
