@@ -114,6 +114,8 @@ _SEMAPHORE = 'tpu_pallas_interpret_semaphore_test.py'
 _COLLECTIVE = 'tpu_pallas_interpret_collective_test.py'
 _DEADLOCK = 'tpu_pallas_interpret_deadlock_test.py'
 _SPARSECORE = 'tpu_pallas_interpret_sparsecore_test.py'
+_PRNG = 'tpu_pallas_interpret_prng_test.py'
+_DEBUG_CHECK = 'tpu_pallas_interpret_debug_check_test.py'
 
 
 def _tests(file: str, name: str,
@@ -177,6 +179,14 @@ CHANGES = (
     Change(
         prefix='0008',
         tests=_tests(_SPARSECORE, 'InterpretSparseCoreLoadStoreTest'),
+    ),
+    Change(
+        prefix='0009',
+        tests=_tests(_PRNG, 'InterpretPrngTest'),
+    ),
+    Change(
+        prefix='0010',
+        tests=_tests(_DEBUG_CHECK, 'InterpretDebugCheckTest'),
     ),
 )
 

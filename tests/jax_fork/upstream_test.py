@@ -105,6 +105,7 @@ pytype_strict_library(
         ":params",
         ":shared_memory",
         "//jax",
+        "//jax/_src:checkify",
         "//jax/_src/pallas",
         "//jax/_src/pallas/mosaic:core",
         "//jax/_src/pallas/mosaic:primitives",
@@ -133,6 +134,14 @@ pytype_strict_library(
 ''',
     'jax/_src/pallas/mosaic/BUILD': '''\
 pytype_strict_library(
+    name = "random",
+    srcs = ["random.py"],
+    deps = [
+        ":primitives",
+    ],
+)
+
+pytype_strict_library(
     name = "sc_core",
     srcs = [
         "sc_core.py",
@@ -153,6 +162,19 @@ pytype_strict_library(
 )
 ''',
     'jax/_src/BUILD': '''\
+pytype_strict_library(
+    name = "checkify",
+    srcs = ["checkify.py"],
+)
+
+pytype_strict_library(
+    name = "random",
+    srcs = [
+        "random/__init__.py",
+        "random/prng.py",
+    ],
+)
+
 pytype_strict_library(
     name = "source_info_util",
     srcs = ["source_info_util.py"],
@@ -294,7 +316,7 @@ class UpstreamExportTest(absltest.TestCase):
     self.assertLen(patches, len(to_export))
     self.assertEqual([p.name[:4] for p in to_export],
                      [c.prefix for c in upstream.CHANGES])
-    self.assertLen(to_export, 8)
+    self.assertLen(to_export, 10)
     for patch, written in zip(to_export, patches):
       self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
       self.assertTrue(os.path.exists(written[:-len('.patch')] + '.md'))
@@ -517,8 +539,12 @@ class UpstreamExportTest(absltest.TestCase):
         'jax/_src/pallas/mosaic/interpret/BUILD': interpret.replace(
             '        "//jax/_src/pallas/mosaic:primitives",\n',
             '        "//jax/_src/pallas/mosaic:primitives",\n'
+            '        "//jax/_src/pallas/mosaic:random",\n'
             '        "//jax/_src/pallas/mosaic:sc_core",\n'
-            '        "//jax/_src/pallas/mosaic:sc_primitives",\n'),
+            '        "//jax/_src/pallas/mosaic:sc_primitives",\n').replace(
+            '        "//jax/_src:checkify",\n        "//jax/_src/pallas",\n',
+            '        "//jax/_src:checkify",\n        "//jax/_src:random",\n'
+            '        "//jax/_src/pallas",\n'),
         'tests/pallas/BUILD': tests.replace(
             '        "//jax/experimental:pallas_tpu",\n    ] + py_deps([\n'
             '        "absl/testing",\n        "numpy",\n    ]),\n)\n\n'
