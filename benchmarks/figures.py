@@ -537,6 +537,11 @@ CALLBACK_KINDS = {
     '_check_for_revisiting': 'revisiting check, per step',
     '_allocate_buffer[collective,collective_group_size,padded_shape,'
     'source_info]': 'allocate',
+    '_initialize_shared_memory[interpret_params,num_subcores]':
+        '_initialize_shared_memory',
+    '_update_clocks_for_device_barrier[cores_finished]':
+        'device barrier clocks, cores done',
+    '_update_clocks_for_device_barrier': 'device barrier clocks',
 }
 
 
@@ -562,7 +567,7 @@ def callback_profile(result: Result) -> Figure:
         f'{"in fn":>6s} {"dev_put":>7s} {"us/step":>7s} {"share":>6s}')
     for kind, (k_calls, impl_s, fn_s, put_s) in sorted(
         callbacks.items(), key=lambda kv: -kv[1][1]):
-      label = CALLBACK_KINDS.get(kind, kind)
+      label = CALLBACK_KINDS.get(kind, kind)[:34]
       fig.lines.append(
           f'  {label:34s} {k_calls / n:8.2f} {1e6 * impl_s / k_calls:7.1f} '
           f'{1e6 * fn_s / k_calls:6.1f} {1e6 * put_s / k_calls:7.1f} '

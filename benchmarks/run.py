@@ -169,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
   # stock ratio of one pair of processes differed from the next pair's by up
   # to 40% (0.82..1.22, 2026-12-01).
   cpu = max(os.sched_getaffinity(0))
+  if os.getloadavg()[0] > len(os.sched_getaffinity(0)):
+    header.append('the load average exceeds the CPUs: other jobs are running, '
+                  'and wall-time figures (speed) are less reliable than '
+                  'CPU-time ones')
   header.append(f'speed, overhead, deadlock, polling and collective workloads '
                 f'run on CPU {cpu} only (sched_setaffinity); wake-up on all '
                 'CPUs')
