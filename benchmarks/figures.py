@@ -584,6 +584,13 @@ def callback_profile(result: Result) -> Figure:
         f'  {"outside the callbacks":34s} {"":8s} {"":7s} {"":6s} {"":7s} '
         f'{1e6 * rest / n:7.1f} {100 * rest / cpu:5.1f}%  (XLA: the kernel '
         'and entering/leaving each callback)')
+  bare = result.get('bare_callbacks', {})
+  if bare:
+    fig.lines.append(
+        'floor: a bare io_callback of a no-op in a jitted loop, '
+        + ', '.join(f'{name.split("_")[1]} int32 scalar argument(s): '
+                    f'{1e6 * t:.0f} us CPU' for name, t in sorted(bare.items()))
+        + ' per callback (fastest of the calls)')
   fig.lines.append(
       f'{calls} calls per kernel after a warm one, one process, pinned. per '
       'step: callbacks of that kind per grid step; us/call: CPU time of the '

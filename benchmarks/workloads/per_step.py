@@ -402,6 +402,27 @@ def profile_callbacks(fns: dict[str, Callable[[], object]],
   return profiles
 
 
+def bare_callbacks(args: int, n: int = 200) -> Callable[[], object]:
+  """A jitted loop of `n` io_callbacks of a no-op, each given `args` scalars.
+
+  The floor of the interpreter's per-callback cost: the interpreter's
+  callbacks take a token and ids (device, core, memory space, buffer) and
+  indices, all int32 scalars or small arrays.
+  """
+  from jax.experimental import io_callback  # pylint: disable=g-import-not-at-top
+
+  def noop(*xs):
+    return xs[0]
+
+  def body(i, token):
+    return io_callback(noop, jax.ShapeDtypeStruct((), jnp.int32), token,
+                       *([i] * (args - 1)), ordered=False)
+
+  f = jax.jit(lambda: lax.fori_loop(0, n, body, jnp.int32(0)))
+  jax.block_until_ready(f())
+  return lambda: jax.block_until_ready(f())
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument('--repeats', type=int, default=5)
@@ -429,8 +450,12 @@ def main():
       pltpu.reset_tpu_interpret_mode_state()
   steps = {name: kernel.steps for name, kernel in kernels.items()}
   if args.profile:
+    floor = {f'bare_{n}': bare_callbacks(n) for n in (1, 8)}
+    timings = _common.time_interleaved(floor, args.repeats)
     _common.emit({'profile': profile_callbacks(fns, args.repeats),
-                  'calls': args.repeats, 'steps': steps})
+                  'calls': args.repeats, 'steps': steps,
+                  'bare_callbacks': {name: min(t) / 200
+                                     for name, t in timings['cpu'].items()}})
     return
   timings = _common.time_interleaved(fns, args.repeats, warmup=0)
   _common.emit({**timings, 'callbacks': _common.count_callbacks(fns),
