@@ -27,8 +27,9 @@ where a name is `<kernel>` (TPU interpreter) or `<kernel>/discharge`.
 
 With `--profile`, counts instead the io_callbacks that `--repeats` calls of
 each of `--kernels` run, by the interpreter function each runs, and the CPU
-time spent in them (see `profile_callbacks`), and prints `{"profile":
-{kernel: ...}, "steps": ..., "calls": ...}`.
+time spent in them (see `profile_callbacks`), and the CPU time of a bare
+io_callback (`bare_callbacks`), and prints `{"profile": {kernel: ...},
+"steps": ..., "calls": ..., "bare_callbacks": {name: seconds}}`.
 """
 
 import argparse
