@@ -426,3 +426,181 @@ def migration_tool(result: Result, status_goal: float = 0.3,
                      f'{wheel["exit_code"]}: {wheel["output"].strip()}')
   fig.lines.append(f'Medians of {len(result["status_s"])} runs of status.')
   return fig
+
+
+# Issue #24's goals: patched / stock wall time per call, per kernel of
+# `workloads/per_step.py`.
+SPEED_GOALS = {
+    'elementwise': 0.10,
+    'matmul': 0.25,
+    'elementwise_races': 0.25,
+    'core_map': 0.5,
+    'ring': 0.5,
+}
+SPEED_KERNELS = {
+    'elementwise': 'elementwise grid, (8, 128) f32 blocks',
+    'matmul': 'blocked matmul, VMEM accumulator',
+    'elementwise_races': 'elementwise, detect_races=True',
+    'core_map': '2-core core_map, semaphores + DMAs',
+    'ring': '4-device ring of remote DMAs',
+}
+
+
+def _speed_verdict(value: float, goal: float) -> str:
+  if value <= goal:
+    return 'goal met'
+  return f'not met ({value / goal:.1f}x the goal)'
+
+
+def speed(stock: Sequence[Result], patched: Sequence[Result]) -> Figure:
+  """Per-step cost, patched against stock and the discharge interpreter.
+
+  The ratio is of wall time per call (issue #24's measure), each side the
+  fastest call of each process, median over the processes. A kernel's
+  result was checked against numpy in its process before it was timed (a
+  wrong result gives no figure: the workload fails).
+  """
+  steps = stock[0]['steps']
+  fig = Figure('Speed of TPU interpret mode (issue #24): wall time per step, '
+               'patched / stock (goals <= 0.10 / 0.25 / 0.25 / 0.5 / 0.5), '
+               'and against interpret=True')
+  fig.lines.append(
+      f'{"kernel":18s} {"steps":>5s} {"stock ms":>8s} {"patched":>7s} '
+      f'{"ratio":>6s} {"goal":>5s} {"cpu":>5s} {"per pair":>9s} '
+      f'{"callbacks":>9s} {"discharge":>9s} {"x disch.":>8s}  verdict')
+  notes = []
+  for name, goal in SPEED_GOALS.items():
+    label = f'per step {name}, patched / stock'
+    if name not in steps or name not in stock[0]['wall']:
+      fig.checks.append(unmeasurable(label, f'<= {goal}',
+                                     'the workload did not run it'))
+      continue
+    n = steps[name]
+    s_ms, p_ms = (1e3 * _best(r, 'wall', name) / n for r in (stock, patched))
+    ratio_ = p_ms / s_ms
+    cpu = _best(patched, 'cpu', name) / _best(stock, 'cpu', name)
+    pairs = [min(p['wall'][name]) / min(s['wall'][name])
+             for s, p in zip(stock, patched)]
+    spread = f'{min(pairs):.2f}..{max(pairs):.2f}'
+    s_cb = sorted({r['callbacks'][name] for r in stock})
+    p_cb = sorted({r['callbacks'][name] for r in patched})
+    cb = (f'{"/".join(f"{c / n:.1f}" for c in s_cb)}:'
+          f'{"/".join(f"{c / n:.1f}" for c in p_cb)}')
+    # The discharge interpreter is the same code in both venvs: its calls
+    # from all processes are pooled. It has no race detection, so the races
+    # kernel is compared with the plain elementwise kernel's discharge run.
+    base = 'elementwise' if name == 'elementwise_races' else name
+    d_name = f'{base}/discharge'
+    everyone = [*stock, *patched]
+    if d_name in stock[0]['wall']:
+      d_ms = 1e3 * _median([min(r['wall'][d_name]) for r in everyone]) / n
+      discharge, times = f'{d_ms:9.4f}', f'{p_ms / d_ms:7.0f}x'
+      if base != name:
+        notes.append(f'{name}: interpret=True has no race detection; its '
+                     'figure is the plain elementwise kernel\'s.')
+    else:
+      error = stock[0]['discharge_error'].get(base, 'not run')
+      discharge, times = f'{"-":>9s}', f'{"-":>8s}'
+      notes.append(f'{name}: interpret=True does not run it: {error}')
+    v = _speed_verdict(ratio_, goal)
+    fig.lines.append(
+        f'{name:18s} {n:5d} {s_ms:8.3f} {p_ms:7.3f} {ratio_:6.3f} '
+        f'{goal:5.2f} {cpu:5.2f} {spread:>9s} {cb:>9s} {discharge} '
+        f'{times}  {v}')
+    fig.checks.append(Check(label, f'{ratio_:.3f}', f'<= {goal}', v))
+  calls = len(stock[0]['wall']['elementwise'])
+  fig.lines += [f'  {note}' for note in notes]
+  fig.lines.append(
+      f'{len(stock)} process(es) per venv, stock and patched alternating '
+      f'(ABBA), {calls} timed calls of each kernel each, interleaved. ms: '
+      'wall time per step (call / steps) of the fastest call of each '
+      'process, median over the processes; ratio: patched / stock of it; '
+      'cpu: the same ratio in CPU time (all threads); per pair: the ratio '
+      'for each pair of processes (range). callbacks: io_callbacks per '
+      'step, stock:patched. discharge: ms per step with interpret=True '
+      '(all processes); x disch.: patched / discharge. Steps: grid points '
+      '(elementwise, matmul), rounds of both cores (core_map), forwarding '
+      'steps of each device (ring). Results checked against numpy first. '
+      'Kernels: ' + '; '.join(f'{k}: {v}' for k, v in SPEED_KERNELS.items())
+      + '.')
+  return fig
+
+
+# What the interpreter's io_callbacks do, by `per_step._callback_name`.
+CALLBACK_KINDS = {
+    'get[source_info]': 'kernel load',
+    'swap[source_info]': 'kernel store (swap)',
+    'get[input_name]': 'block copy in, read HBM',
+    'store': 'block copy in, write VMEM',
+    'get': 'block copy out, read VMEM; output',
+    'store[output_name]': 'block copy out, write HBM',
+    '_check_for_revisiting': 'revisiting check, per step',
+    '_allocate_buffer[collective,collective_group_size,padded_shape,'
+    'source_info]': 'allocate',
+    '_initialize_shared_memory[interpret_params,num_subcores]':
+        '_initialize_shared_memory',
+    '_update_clocks_for_device_barrier[cores_finished]':
+        'device barrier clocks, cores done',
+    '_update_clocks_for_device_barrier': 'device barrier clocks',
+}
+
+
+def callback_profile(result: Result) -> Figure:
+  """The io_callbacks per step by kind and their CPU time, patched jax."""
+  fig = Figure('Profile of TPU interpret mode, patched jax: io_callbacks per '
+               'step by the interpreter function they run, and their CPU '
+               'time')
+  calls = result['calls']
+  for name, profile in result['profile'].items():
+    n = result['steps'][name] * calls
+    cpu = profile['cpu']
+    callbacks = profile['callbacks']
+    impl_total = sum(p[1] for p in callbacks.values())
+    count = sum(p[0] for p in callbacks.values())
+    fig.lines.append(
+        f'{name}: {1e6 * cpu / n:.0f} us CPU per step profiled '
+        f'({1e6 * profile["cpu_bare"] / n:.0f} us without the profiler), '
+        f'{count / n:.2f} callbacks per step, {1e6 * impl_total / n:.0f} us '
+        'of it in io_callback_impl')
+    fig.lines.append(
+        f'  {"callback":34s} {"per step":>8s} {"us/call":>7s} '
+        f'{"in fn":>6s} {"dev_put":>7s} {"us/step":>7s} {"share":>6s}')
+    for kind, (k_calls, impl_s, fn_s, put_s) in sorted(
+        callbacks.items(), key=lambda kv: -kv[1][1]):
+      label = CALLBACK_KINDS.get(kind, kind)[:34]
+      fig.lines.append(
+          f'  {label:34s} {k_calls / n:8.2f} {1e6 * impl_s / k_calls:7.1f} '
+          f'{1e6 * fn_s / k_calls:6.1f} {1e6 * put_s / k_calls:7.1f} '
+          f'{1e6 * impl_s / n:7.1f} {100 * impl_s / cpu:5.1f}%')
+    fn_total = sum(p[2] for p in callbacks.values())
+    put_total = sum(p[3] for p in callbacks.values())
+    rest = cpu - impl_total
+    fig.lines.append(
+        f'  {"all callbacks":34s} {count / n:8.2f} '
+        f'{1e6 * impl_total / count:7.1f} {1e6 * fn_total / count:6.1f} '
+        f'{1e6 * put_total / count:7.1f} {1e6 * impl_total / n:7.1f} '
+        f'{100 * impl_total / cpu:5.1f}%')
+    fig.lines.append(
+        f'  {"outside the callbacks":34s} {"":8s} {"":7s} {"":6s} {"":7s} '
+        f'{1e6 * rest / n:7.1f} {100 * rest / cpu:5.1f}%  (XLA: the kernel '
+        'and entering/leaving each callback)')
+  bare = result.get('bare_callbacks', {})
+  if bare:
+    fig.lines.append(
+        'floor: a bare io_callback of a no-op in a jitted loop, '
+        + ', '.join(f'{name.split("_")[1]} int32 scalar argument(s): '
+                    f'{1e6 * t:.0f} us CPU' for name, t in sorted(bare.items()))
+        + ' per callback (fastest of the calls)')
+  fig.lines.append(
+      f'{calls} calls per kernel after a warm one, one process, pinned. per '
+      'step: callbacks of that kind per grid step; us/call: CPU time of the '
+      'thread per call of io_callback_impl (jax.device_put of the arguments, '
+      'the function, np.asarray of the results); in fn: of which in the '
+      'interpreter\'s function; dev_put: of which in jax.device_put; '
+      'us/step: per grid step; share: of the process CPU time of the calls. '
+      'A block copy is a get and a store; output blocks are copied out when '
+      'their index changes, and once more at the end (output). Other rows: '
+      'the interpreter function of that name, once per call or per device. '
+      'Counted by wrapping jax._src.callback.io_callback_impl and '
+      'jax._src.api.device_put in the benchmark process.')
+  return fig

@@ -1,7 +1,8 @@
-r"""Ratio benchmarks of the patch series (issue #7). Not timed tests.
+r"""Ratio benchmarks of the patch series (issues #7, #24). Not timed tests.
 
 Usage: python benchmarks/run.py [--quick] [--stock-python PY]
                                 [--patched-python PY] [--only FIGURES]
+                                [--profile]
 
 Runs the workloads in `benchmarks/workloads/` in subprocesses, with a stock
 and a patched jax 0.12.0.1 (by default venvs under `.venvs/`, made or reused
@@ -9,25 +10,39 @@ as needed: see `venvs.py`), and prints every figure as a ratio of two things
 measured in the same run (medians over repeats), each with `goal met` or
 `goal missed by X`:
 
-1. overhead    patched / stock, kernels using neither feature (<= 1.02
+1. speed       wall time per step, patched / stock (issue #24), of an
+               elementwise grid kernel (<= 0.10), a blocked matmul with a
+               VMEM accumulator (<= 0.25), the elementwise kernel with
+               race detection (<= 0.25), a 2-core core_map with semaphores
+               and DMAs (<= 0.5) and a 4-device ring of remote DMAs
+               (<= 0.5); and against `interpret=True` where that runs
+2. overhead    patched / stock, kernels using neither feature (<= 1.02
                each, geometric mean <= 1.01), and the io_callbacks each
                call runs, which must equal stock's
-2. deadlock    deadlock detection on / off, 8 devices x 4 cores and 2 cores
+3. deadlock    deadlock detection on / off, 8 devices x 4 cores and 2 cores
                (<= 1.05)
-3. polling     non-decrementing wait / wait + re-signal (<= 0.5), and the
+4. polling     non-decrementing wait / wait + re-signal (<= 0.5), and the
                CPU a blocked wait burns
-4. wakeup      signal -> return of a blocked wait, less the cost of
+5. wakeup      signal -> return of a blocked wait, less the cost of
                measuring it (median < 0.5 ms)
-5. collective  collective / private scratch on 4 cores (<= 1.1), one
+6. collective  collective / private scratch on 4 cores (<= 1.1), one
                allocation of the shared table, checked against the buffers
                live at the barrier
-6. migration   status (< 0.3 s, no jax import), apply+revert (< 2 s), wheel
+7. migration   status (< 0.3 s, no jax import), apply+revert (< 2 s), wheel
 
 Stock/patched processes alternate (ABBA...) so that drift from other load on
 the machine affects both alike. The workloads of CPU-time ratios run pinned
-to one CPU; the wake-up workload runs on all of them. Times are CPU times of the workload process
-(all threads): per process the fastest of its repeats, then the median over
-processes; the medians of all calls (CPU and wall) are printed beside them.
+to one CPU; the wake-up workload runs on all of them. Times are CPU times of
+the workload process (all threads; speed: wall time, issue #24's measure,
+with the CPU-time ratio beside it): per process the fastest of its repeats,
+then the median over processes; the medians of all calls (CPU and wall) are
+printed beside them.
+Every kernel's result is checked against numpy before it is timed.
+
+`--profile` prints instead the io_callbacks per grid step of the patched
+interpreter by the function they run (block copies, loads, stores, ...)
+and the CPU time of each, for the elementwise and matmul kernels.
+
 Nothing here asserts on time. Exit status: 0 when every figure was measured
 (goals met or not), 3 when a figure could not be trusted (an independent
 count in the same run disagrees, or it could not be measured), 1 when a
@@ -50,15 +65,17 @@ import venvs
 HERE = pathlib.Path(__file__).resolve().parent
 WORKLOADS = HERE / 'workloads'
 RESULT_PREFIX = 'BENCH_RESULT '
-FIGURES = ('overhead', 'deadlock', 'polling', 'wakeup', 'collective',
-           'migration')
+FIGURES = ('speed', 'overhead', 'deadlock', 'polling', 'wakeup',
+           'collective', 'migration')
 
 # Per size: processes (overhead: stock/patched pairs) and timed calls each.
 PLAN = {
-    'quick': dict(overhead=(2, 10), deadlock=(1, 5), polling=(1, 3),
-                  wakeup=(1, 2), collective=(1, 8), migration=(3, 1)),
-    'default': dict(overhead=(10, 30), deadlock=(3, 15), polling=(2, 5),
-                    wakeup=(1, 4), collective=(2, 20), migration=(7, 3)),
+    'quick': dict(speed=(1, 5), overhead=(2, 10), deadlock=(1, 5),
+                  polling=(1, 3), wakeup=(1, 2), collective=(1, 8),
+                  migration=(3, 1), profile=(1, 3)),
+    'default': dict(speed=(3, 5), overhead=(10, 30), deadlock=(3, 15),
+                    polling=(2, 5), wakeup=(1, 4), collective=(2, 20),
+                    migration=(7, 3), profile=(1, 5)),
 }
 
 
@@ -128,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         f'make or reuse {default})')
   parser.add_argument('--only', default=','.join(FIGURES),
                       help='comma-separated subset of ' + ','.join(FIGURES))
+  parser.add_argument(
+      '--profile', action='store_true',
+      help='instead of the figures: io_callbacks per grid step by kind and '
+      'their CPU time, elementwise and matmul kernels, patched jax')
   args = parser.parse_args(argv)
   only = args.only.split(',')
   if unknown := set(only) - set(FIGURES):
@@ -148,8 +169,13 @@ def main(argv: list[str] | None = None) -> int:
   # stock ratio of one pair of processes differed from the next pair's by up
   # to 40% (0.82..1.22, 2026-12-01).
   cpu = max(os.sched_getaffinity(0))
-  header.append(f'overhead, deadlock, polling and collective workloads run on '
-                f'CPU {cpu} only (sched_setaffinity); wake-up on all CPUs')
+  if os.getloadavg()[0] > len(os.sched_getaffinity(0)):
+    header.append('the load average exceeds the CPUs: other jobs are running, '
+                  'and wall-time figures (speed) are less reliable than '
+                  'CPU-time ones')
+  header.append(f'speed, overhead, deadlock, polling and collective workloads '
+                f'run on CPU {cpu} only (sched_setaffinity); wake-up on all '
+                'CPUs')
 
   def on_patched(script, key, pinned=True):
     processes, repeats = plan[key]
@@ -157,17 +183,30 @@ def main(argv: list[str] | None = None) -> int:
                          '--size', size, cpu=cpu if pinned else None)
             for _ in range(processes)]
 
-  figs = []
-  if 'overhead' in only:
-    pairs, repeats = plan['overhead']
+  def alternating(script, key, *extra):
+    """Stock and patched processes of `script`, alternating (ABBA)."""
+    pairs, repeats = plan[key]
     results = {'stock': [], 'patched': []}
     for i in range(pairs):
       order = ('stock', 'patched') if i % 2 == 0 else ('patched', 'stock')
       for variant in order:
         python = stock if variant == 'stock' else patched
         results[variant].append(run_workload(
-            python, 'overhead.py', '--repeats', str(repeats), cpu=cpu))
-    figs.append(figures.overhead(results['stock'], results['patched']))
+            python, script, '--repeats', str(repeats), *extra, cpu=cpu))
+    return results['stock'], results['patched']
+
+  figs = []
+  if args.profile:
+    only = []
+    _, calls = plan['profile']
+    figs.append(figures.callback_profile(run_workload(
+        patched, 'per_step.py', '--profile', '--repeats', str(calls),
+        '--size', size, '--kernels', 'elementwise,matmul', cpu=cpu)))
+  if 'speed' in only:
+    figs.append(figures.speed(*alternating('per_step.py', 'speed',
+                                           '--size', size)))
+  if 'overhead' in only:
+    figs.append(figures.overhead(*alternating('overhead.py', 'overhead')))
   if 'deadlock' in only:
     figs.append(figures.deadlock_cost(on_patched('deadlock_cost.py',
                                                  'deadlock')))
@@ -205,7 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         f'{" ".join(f"{x:.2f}" for x in os.getloadavg())}.')
   command = ['python', 'benchmarks/run.py'] + (['--quick'] if args.quick
                                                else [])
-  if args.only != ','.join(FIGURES):
+  if args.profile:
+    command.append('--profile')
+  elif args.only != ','.join(FIGURES):
     command += ['--only', args.only]
   print(f'Reproduce: {shlex.join(command)}  (from the repository root; '
         'add --stock-python/--patched-python to use existing venvs)')
