@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import _common
+import _ring
 # pylint: enable=g-import-not-at-top
 
 P = jax.sharding.PartitionSpec
@@ -160,41 +161,8 @@ def ring_remote_dma() -> Callable[[], object]:
   """4 devices: barrier with both neighbours, then a ring all-gather."""
   rows, cols = 8, 128
 
-  def kernel(x_ref, o_ref, send_sem, recv_sems):
-    my_id = lax.axis_index('x')
-    left = lax.rem(my_id + NUM_DEVICES - 1, NUM_DEVICES)
-    right = lax.rem(my_id + 1, NUM_DEVICES)
-    pltpu.sync_copy(x_ref, o_ref.at[my_id])
-    barrier = pltpu.get_barrier_semaphore()
-    pl.semaphore_signal(barrier, 1, device_id={'x': left})
-    pl.semaphore_signal(barrier, 1, device_id={'x': right})
-    pl.semaphore_wait(barrier, 2)
-
-    def step(s, carry):
-      slot = lax.rem(my_id - s + NUM_DEVICES, NUM_DEVICES)
-      send = pltpu.make_async_remote_copy(
-          src_ref=o_ref.at[slot], dst_ref=o_ref.at[slot], send_sem=send_sem,
-          recv_sem=recv_sems.at[slot], device_id={'x': right})
-      send.start()
-      send.wait_send()
-      incoming = lax.rem(my_id - s - 1 + NUM_DEVICES, NUM_DEVICES)
-      pltpu.make_async_copy(
-          o_ref.at[incoming], o_ref.at[incoming], recv_sems.at[incoming]
-      ).wait()
-      return carry
-
-    lax.fori_loop(0, NUM_DEVICES - 1, step, None)
-
-  gather = pl.pallas_call(
-      kernel,
-      out_shape=jax.ShapeDtypeStruct((NUM_DEVICES, rows, cols), jnp.float32),
-      in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-      out_specs=pl.BlockSpec(memory_space=pl.ANY),
-      scratch_shapes=[pltpu.SemaphoreType.DMA,
-                      pltpu.SemaphoreType.DMA((NUM_DEVICES,))],
-      compiler_params=pltpu.CompilerParams(collective_id=0),
-      interpret=pltpu.InterpretParams(),
-  )
+  gather = _ring.all_gather(NUM_DEVICES, rows, cols,
+                            pltpu.InterpretParams())
   mesh = jax.make_mesh((NUM_DEVICES,), ('x',),
                        devices=jax.devices()[:NUM_DEVICES])
   f = jax.jit(jax.shard_map(
