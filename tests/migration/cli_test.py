@@ -457,6 +457,21 @@ class MigrationCliTest(absltest.TestCase):
     proc = self.run_tool('apply', f'--python={bare_python}', expect=3)
     self.assertIn('jax is not installed', proc.stderr)
 
+  def test_missing_dependency_is_an_environment_error(self):
+    # A Python without the tool's dependencies (here absl): exit code 5 and
+    # the missing module named, not a traceback and exit code 1.
+    bare = os.path.join(self.root, 'bare')
+    if not os.path.exists(bare):
+      subprocess.run([sys.executable, '-m', 'venv', '--without-pip', bare],
+                     check=True)
+    proc = subprocess.run(
+        [os.path.join(bare, 'bin', 'python'), '-m', 'migration', 'status'],
+        cwd=self.root, env=dict(os.environ, PYTHONPATH=REPO),
+        capture_output=True, text=True, check=False)
+    self.assertEqual(proc.returncode, 5, proc.stderr)
+    self.assertIn('absl is not installed in', proc.stderr)
+    self.assertNotIn('Traceback', proc.stderr)
+
   def test_dry_run_changes_nothing(self):
     proc = self.run_tool('apply', '--dry_run', '--json')
     data = json.loads(proc.stdout)
