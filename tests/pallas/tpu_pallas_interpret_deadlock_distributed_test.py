@@ -22,6 +22,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 from jax import lax
+from jax._src import dispatch
 from jax._src import shard_map
 from jax._src import test_util as jtu
 from jax.experimental import pallas as pl
@@ -78,7 +79,14 @@ class InterpretDeadlockDistributedTest(test_util.InterpretDistributedTestCase):
         jax.errors.JaxRuntimeError, r'\bDeadlockError: '
     ) as cm:
       ring().block_until_ready()
-    test_util.reset_after_failure()
+    pltpu.reset_tpu_interpret_mode_state()
+    # Every device's computation failed: wait for them all, and drop their
+    # ordered-effect tokens, which would fail the next kernel on these
+    # devices (the next test's).
+    try:
+      jax.effects_barrier()
+    except jax.errors.JaxRuntimeError:
+      dispatch.runtime_tokens.clear()
     message = str(cm.exception)
     self.assertIn('Deadlock: every core is finished or blocked', message)
     # Device 0 is never signalled when device 3 does not signal it.
