@@ -48,19 +48,27 @@ class InterpretSemaphoreOutputTest(test_util.InterpretTestCase):
       )
     # Older jax releases: end.
 
-  @parameterized.parameters('on_wait', 'eager')
-  def test_dma_started_in_one_call_waited_in_another(self, dma_execution_mode):
+  @parameterized.product(
+      dma_execution_mode=['on_wait', 'eager'], in_vmem=[False, True]
+  )
+  def test_dma_started_in_one_call_waited_in_another(
+      self, dma_execution_mode, in_vmem
+  ):
     # As upstream's tpu_pallas_async_test.py: the first call starts a DMA of
-    # x[2] and returns its destination and semaphore, the second waits.
+    # x[2] and returns its destination (in HBM or VMEM) and semaphore; the
+    # second waits, then copies the destination to its output.
     interpret = pltpu.InterpretParams(dma_execution_mode=dma_execution_mode)
+    space = pltpu.VMEM if in_vmem else pl.ANY
 
     def start_kernel(x_ref, aliased_x_ref, o_ref, sem):
       del aliased_x_ref
       pltpu.make_async_copy(x_ref.at[2], o_ref, sem).start()
 
-    def done_kernel(x_ref, o_ref, sem, aliased_o_ref):
-      del aliased_o_ref
+    def done_kernel(x_ref, o_ref, sem, y_ref):
       pltpu.make_async_copy(x_ref.at[2], o_ref, sem).wait()
+      copy = pltpu.make_async_copy(o_ref, y_ref, sem)
+      copy.start()
+      copy.wait()
 
     @jax.jit
     def copy(x):
@@ -68,13 +76,13 @@ class InterpretSemaphoreOutputTest(test_util.InterpretTestCase):
           start_kernel,
           out_shape=(
               jax.ShapeDtypeStruct(x.shape, x.dtype),
-              jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
+              space(x.shape[1:], x.dtype),
               pltpu.SemaphoreType.DMA(()),
           ),
           in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
           out_specs=(
               pl.BlockSpec(memory_space=pl.ANY),
-              pl.BlockSpec(memory_space=pl.ANY),
+              pl.BlockSpec(memory_space=space),
               pl.BlockSpec(memory_space=pltpu.SEMAPHORE),
           ),
           input_output_aliases={0: 0},
@@ -85,11 +93,10 @@ class InterpretSemaphoreOutputTest(test_util.InterpretTestCase):
           out_shape=jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
           in_specs=[
               pl.BlockSpec(memory_space=pl.ANY),
-              pl.BlockSpec(memory_space=pl.ANY),
+              pl.BlockSpec(memory_space=space),
               pl.BlockSpec(memory_space=pltpu.SEMAPHORE),
           ],
           out_specs=pl.BlockSpec(memory_space=pl.ANY),
-          input_output_aliases={1: 0},
           interpret=interpret,
       )(x, out, sem)
 
