@@ -103,6 +103,47 @@ class InterpretSemaphoreOutputTest(test_util.InterpretTestCase):
     x = np.random.default_rng(0).normal(size=(4, 8, 128)).astype(np.float32)
     np.testing.assert_array_equal(copy(x), x[2])
 
+  def test_dma_into_vmem_waited_in_a_call_that_aliases_it(self):
+    # As upstream's test_basic_async_copy_into_vmem: the second call only
+    # waits, and its output, aliased to the VMEM destination, is that memory.
+    def start_kernel(x_ref, o_ref, sem):
+      pltpu.make_async_copy(x_ref, o_ref, sem).start()
+
+    def done_kernel(x_ref, o_ref, sem, aliased_o_ref):
+      del aliased_o_ref
+      pltpu.make_async_copy(x_ref, o_ref, sem).wait()
+
+    @jax.jit
+    def copy(x):
+      out, sem = pl.pallas_call(
+          start_kernel,
+          out_shape=(
+              pltpu.VMEM(x.shape, x.dtype),
+              pltpu.SemaphoreType.DMA(()),
+          ),
+          in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+          out_specs=(
+              pl.BlockSpec(memory_space=pltpu.VMEM),
+              pl.BlockSpec(memory_space=pltpu.SEMAPHORE),
+          ),
+          interpret=pltpu.InterpretParams(),
+      )(x)
+      return pl.pallas_call(
+          done_kernel,
+          out_shape=pltpu.VMEM(x.shape, x.dtype),
+          in_specs=[
+              pl.BlockSpec(memory_space=pl.ANY),
+              pl.BlockSpec(memory_space=pltpu.VMEM),
+              pl.BlockSpec(memory_space=pltpu.SEMAPHORE),
+          ],
+          out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+          input_output_aliases={1: 0},
+          interpret=pltpu.InterpretParams(),
+      )(x, out, sem)
+
+    x = np.random.default_rng(1).normal(size=(8, 128)).astype(np.float32)
+    np.testing.assert_array_equal(copy(x), x)
+
   def test_regular_semaphore_count_carries_over(self):
     # Call 1 signals the semaphore by 2 at each of its 3 grid steps: 6. Call 2
     # reads 6, waits for 4 (leaving 2), reads 2, waits for 2, reads 0.
