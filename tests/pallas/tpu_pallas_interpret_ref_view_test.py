@@ -31,17 +31,6 @@ import tpu_interpret_test_util as test_util
 jax.config.parse_flags_with_absl()
 
 
-def _pack_rows(x16: np.ndarray) -> np.ndarray:
-  """Packs rows 2i and 2i+1 of 16-bit `x16` into row i of an int32 array.
-
-  As the TPU packs two 16-bit rows into one 32-bit sublane: row 2i in the
-  low half, little-endian.
-  """
-  lo = x16[0::2].view(np.uint16).astype(np.uint32)
-  hi = x16[1::2].view(np.uint16).astype(np.uint32)
-  return (lo | (hi << 16)).view(np.int32)
-
-
 # TODO(jburnim): Figure out how to safely run different instance of TPU
 # interpret mode in parallel, and then remove this decorator.
 @jtu.thread_unsafe_test_class()
@@ -55,9 +44,21 @@ class InterpretRefViewTest(test_util.InterpretTestCase):
           'jax 0.10 and older: their series have no ref view patch (0011)'
       )
     # Older jax releases: end.
-    self.x = np.arange(8 * 128, dtype=np.float32).reshape(8, 128)
+
+  @staticmethod
+  def _pack_16_bit_rows(x16: np.ndarray) -> np.ndarray:
+    """Packs rows 2i and 2i+1 of 16-bit `x16` into row i of an int32 array.
+
+    As the TPU packs two 16-bit rows into one 32-bit sublane: row 2i in the
+    low half, little-endian.
+    """
+    lo = x16[0::2].view(np.uint16).astype(np.uint32)
+    hi = x16[1::2].view(np.uint16).astype(np.uint32)
+    return (lo | (hi << 16)).view(np.int32)
 
   def test_load_and_store_through_reshape(self):
+    x = np.arange(8 * 128, dtype=np.float32).reshape(8, 128)
+
     def kernel(x_ref, o_ref):
       o_ref[...] = jnp.zeros_like(o_ref)
       # Rows 2 and 3 of x viewed as (16, 64) are the second half of row 1.
@@ -69,12 +70,14 @@ class InterpretRefViewTest(test_util.InterpretTestCase):
         kernel,
         out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
         interpret=pltpu.InterpretParams(),
-    )(self.x)
+    )(x)
     expected = np.zeros((8, 128), np.float32)
-    expected.reshape(4, 256)[2:4] = self.x.reshape(16, 64)[2:10].reshape(2, 256)
+    expected.reshape(4, 256)[2:4] = x.reshape(16, 64)[2:10].reshape(2, 256)
     np.testing.assert_array_equal(out, expected)
 
   def test_load_and_store_through_same_width_bitcast(self):
+    x = np.arange(8 * 128, dtype=np.float32).reshape(8, 128)
+
     def kernel(x_ref, o_ref, f_ref):
       o_ref[...] = x_ref.bitcast(jnp.int32)[...] + 1
       sign_bit = jnp.int32(np.iinfo(np.int32).min)
@@ -87,10 +90,10 @@ class InterpretRefViewTest(test_util.InterpretTestCase):
             jax.ShapeDtypeStruct((8, 128), jnp.float32),
         ),
         interpret=pltpu.InterpretParams(),
-    )(self.x)
-    np.testing.assert_array_equal(out, self.x.view(np.int32) + 1)
+    )(x)
+    np.testing.assert_array_equal(out, x.view(np.int32) + 1)
     # Flipping the sign bit negates a float32.
-    np.testing.assert_array_equal(flipped, -self.x)
+    np.testing.assert_array_equal(flipped, -x)
 
   def test_bitcast_packing_16_bit_rows_into_32_bit(self):
     x16 = (np.arange(16 * 128, dtype=np.int32) * 37 - 30000).astype(np.int16)
@@ -109,7 +112,7 @@ class InterpretRefViewTest(test_util.InterpretTestCase):
         ),
         interpret=pltpu.InterpretParams(),
     )(x16)
-    np.testing.assert_array_equal(packed, _pack_rows(x16))
+    np.testing.assert_array_equal(packed, self._pack_16_bit_rows(x16))
     np.testing.assert_array_equal(unpacked, x16)
 
   def test_store_to_part_of_a_bitcast_view(self):
@@ -159,9 +162,13 @@ class InterpretRefViewTest(test_util.InterpretTestCase):
         ],
         interpret=pltpu.InterpretParams(),
     )(x16)
-    np.testing.assert_array_equal(out, _pack_rows(x16).reshape(4, 256))
+    np.testing.assert_array_equal(
+        out, self._pack_16_bit_rows(x16).reshape(4, 256)
+    )
 
   def test_select_ref_raises_not_implemented(self):
+    x = np.arange(8 * 128, dtype=np.float32).reshape(8, 128)
+
     def kernel(x_ref, y_ref, o_ref, sem):
       src = pl.select_ref(jnp.int32(1), x_ref, y_ref)
       copy = pltpu.make_async_copy(src, o_ref, sem)
@@ -178,7 +185,7 @@ class InterpretRefViewTest(test_util.InterpretTestCase):
           out_specs=pl.BlockSpec(memory_space=pl.ANY),
           scratch_shapes=[pltpu.SemaphoreType.DMA],
           interpret=pltpu.InterpretParams(),
-      )(self.x, self.x + 1)
+      )(x, x + 1)
 
 
 if __name__ == '__main__':
