@@ -117,6 +117,7 @@ _SPARSECORE = 'tpu_pallas_interpret_sparsecore_test.py'
 _PRNG = 'tpu_pallas_interpret_prng_test.py'
 _DEBUG_CHECK = 'tpu_pallas_interpret_debug_check_test.py'
 _REF_VIEW = 'tpu_pallas_interpret_ref_view_test.py'
+_CAPTURED_SCALAR = 'tpu_pallas_interpret_captured_scalar_test.py'
 
 
 def _tests(file: str, name: str,
@@ -192,6 +193,10 @@ CHANGES = (
     Change(
         prefix='0011',
         tests=_tests(_REF_VIEW, 'InterpretRefViewTest'),
+    ),
+    Change(
+        prefix='0012',
+        tests=_tests(_CAPTURED_SCALAR, 'InterpretCapturedScalarTest'),
     ),
 )
 
