@@ -115,6 +115,25 @@ class InterpretRefViewTest(test_util.InterpretTestCase):
     np.testing.assert_array_equal(packed, self._pack_16_bit_rows(x16))
     np.testing.assert_array_equal(unpacked, x16)
 
+  def test_bitcast_packing_4_bit_rows_into_32_bit(self):
+    x4 = (np.arange(16 * 128) % 16 - 8).astype(jnp.int4).reshape(16, 128)
+    # Row i of the int32 view packs rows 8i to 8i+7, row 8i + k in bits
+    # [4k, 4k + 4).
+    nibbles = (x4.astype(np.int32) & 0xF).astype(np.uint32).reshape(2, 8, 128)
+    expected = np.zeros((2, 128), np.uint32)
+    for k in range(8):
+      expected |= nibbles[:, k] << (4 * k)
+
+    def kernel(x_ref, o_ref):
+      o_ref[...] = x_ref.bitcast(jnp.int32)[...]
+
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((2, 128), jnp.int32),
+        interpret=pltpu.InterpretParams(),
+    )(x4)
+    np.testing.assert_array_equal(out, expected.view(np.int32))
+
   def test_store_to_part_of_a_bitcast_view(self):
     x16 = np.arange(16 * 128, dtype=np.int16).reshape(16, 128)
 
