@@ -116,6 +116,7 @@ _DEADLOCK = 'tpu_pallas_interpret_deadlock_test.py'
 _SPARSECORE = 'tpu_pallas_interpret_sparsecore_test.py'
 _PRNG = 'tpu_pallas_interpret_prng_test.py'
 _DEBUG_CHECK = 'tpu_pallas_interpret_debug_check_test.py'
+_BLOCK_COPY = 'tpu_pallas_interpret_block_copy_test.py'
 
 
 def _tests(file: str, name: str,
@@ -187,6 +188,10 @@ CHANGES = (
     Change(
         prefix='0010',
         tests=_tests(_DEBUG_CHECK, 'InterpretDebugCheckTest'),
+    ),
+    Change(
+        prefix='0011',
+        tests=_tests(_BLOCK_COPY, 'InterpretBlockCopyTest'),
     ),
 )
 
