@@ -117,6 +117,10 @@ _SPARSECORE = 'tpu_pallas_interpret_sparsecore_test.py'
 _PRNG = 'tpu_pallas_interpret_prng_test.py'
 _DEBUG_CHECK = 'tpu_pallas_interpret_debug_check_test.py'
 _MEMORY_SPACE = 'tpu_pallas_interpret_memory_space_test.py'
+_SEMAPHORE_OUTPUT = 'tpu_pallas_interpret_semaphore_output_test.py'
+_REF_VIEW = 'tpu_pallas_interpret_ref_view_test.py'
+_CAPTURED_SCALAR = 'tpu_pallas_interpret_captured_scalar_test.py'
+_BLOCK_COPY = 'tpu_pallas_interpret_block_copy_test.py'
 
 
 def _tests(file: str, name: str,
@@ -192,6 +196,22 @@ CHANGES = (
     Change(
         prefix='0011',
         tests=_tests(_MEMORY_SPACE, 'InterpretMemorySpaceConstraintTest'),
+    ),
+    Change(
+        prefix='0012',
+        tests=_tests(_SEMAPHORE_OUTPUT, 'InterpretSemaphoreOutputTest'),
+    ),
+    Change(
+        prefix='0013',
+        tests=_tests(_REF_VIEW, 'InterpretRefViewTest'),
+    ),
+    Change(
+        prefix='0014',
+        tests=_tests(_CAPTURED_SCALAR, 'InterpretCapturedScalarTest'),
+    ),
+    Change(
+        prefix='0015',
+        tests=_tests(_BLOCK_COPY, 'InterpretBlockCopyTest'),
     ),
 )
 

@@ -131,6 +131,18 @@ pytype_strict_library(
         "//jax",
     ] + py_deps("numpy"),
 )
+
+pytype_strict_library(
+    name = "utils",
+    srcs = ["utils.py"],
+    deps = [
+        "//jax",
+        "//jax/_src:core",
+        "//jax/_src:source_info_util",
+        "//jax/_src:util",
+        "//jax/_src/pallas",
+    ] + py_deps("numpy"),
+)
 ''',
     'jax/_src/pallas/mosaic/BUILD': '''\
 pytype_strict_library(
@@ -165,6 +177,11 @@ pytype_strict_library(
 pytype_strict_library(
     name = "checkify",
     srcs = ["checkify.py"],
+)
+
+pytype_strict_library(
+    name = "dtypes",
+    srcs = ["dtypes.py"],
 )
 
 pytype_strict_library(
@@ -316,7 +333,7 @@ class UpstreamExportTest(absltest.TestCase):
     self.assertLen(patches, len(to_export))
     self.assertEqual([p.name[:4] for p in to_export],
                      [c.prefix for c in upstream.CHANGES])
-    self.assertLen(to_export, 11)
+    self.assertLen(to_export, 15)
     for patch, written in zip(to_export, patches):
       self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
       self.assertTrue(os.path.exists(written[:-len('.patch')] + '.md'))
@@ -544,7 +561,9 @@ class UpstreamExportTest(absltest.TestCase):
             '        "//jax/_src/pallas/mosaic:sc_primitives",\n').replace(
             '        "//jax/_src:checkify",\n        "//jax/_src/pallas",\n',
             '        "//jax/_src:checkify",\n        "//jax/_src:random",\n'
-            '        "//jax/_src/pallas",\n'),
+            '        "//jax/_src/pallas",\n').replace(
+            '        "//jax/_src:core",\n',
+            '        "//jax/_src:core",\n        "//jax/_src:dtypes",\n'),
         'tests/pallas/BUILD': tests.replace(
             '        "//jax/experimental:pallas_tpu",\n    ] + py_deps([\n'
             '        "absl/testing",\n        "numpy",\n    ]),\n)\n\n'
