@@ -17,6 +17,8 @@ run as they are, never edited. From the outside it
   ``TimedOut`` (raised by SIGALRM in the main thread, as pytest-timeout's
   signal method does) after ``$JAX_FORK_COVERAGE_TIMEOUT`` seconds; a test
   blocked inside XLA cannot be interrupted so, and the caller kills it;
+  then resets TPU interpret mode, so that a kernel that failed does not fail
+  the later tests with its error;
 - writes one JSON line per event to ``$JAX_FORK_COVERAGE_LOG``:
   ``{"start": nodeid}`` when a test starts (so a hang that must be killed
   is known), then one record per test with its outcome and, for a failure,
@@ -158,12 +160,40 @@ def pytest_runtest_call(item):
   from jax.experimental.pallas import tpu as pltpu  # pylint: disable=g-import-not-at-top
   previous = signal.signal(signal.SIGALRM, _alarm)
   signal.setitimer(signal.ITIMER_REAL, _TIMEOUT)
+  timed_out = False
   try:
     with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
-      yield
+      outcome = yield
+    timed_out = (outcome.excinfo is not None
+                 and isinstance(outcome.excinfo[1], TimedOut))
   finally:
     signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGALRM, previous)
+  _forget_failures(wait=not timed_out)
+
+
+def _forget_failures(wait: bool) -> None:
+  """Resets TPU interpret mode after a test, as upstream's interpreter tests do.
+
+  A kernel that fails leaves its error in the interpreter's state (and in
+  the ordered-effect tokens of its devices), and every later kernel of the
+  process would fail with it: each test is measured on its own.
+
+  Args:
+    wait: Wait for the test's computations to end (not after a timeout,
+      where one may never end) before their tokens are dropped.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax._src import dispatch  # pylint: disable=g-import-not-at-top
+  from jax.experimental.pallas import tpu as pltpu  # pylint: disable=g-import-not-at-top
+  pltpu.reset_tpu_interpret_mode_state()
+  if wait:
+    try:
+      jax.effects_barrier()
+      return
+    except Exception:  # pylint: disable=broad-exception-caught
+      pass
+  dispatch.runtime_tokens.clear()
 
 
 @pytest.hookimpl(hookwrapper=True)
