@@ -85,7 +85,8 @@ class InterpretDeadlockDistributedTest(test_util.InterpretDistributedTestCase):
     # devices (the next test's).
     try:
       jax.effects_barrier()
-    except jax.errors.JaxRuntimeError:
+    except Exception:  # pylint: disable=broad-exception-caught
+      # One error, or a group of them (one per failed computation).
       dispatch.runtime_tokens.clear()
     message = str(cm.exception)
     self.assertIn('Deadlock: every core is finished or blocked', message)
