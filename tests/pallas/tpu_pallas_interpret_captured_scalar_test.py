@@ -44,7 +44,7 @@ class InterpretCapturedScalarTest(test_util.InterpretTestCase):
     if jax.__version_info__ < (0, 10, 1):
       self.skipTest(
           'jax 0.10.0 and older: their series have no captured scalar patch'
-          ' (0012; 0009 in the 0.10.1 and 0.10.2 series)'
+          ' (0014; 0011 in the 0.10.1 and 0.10.2 series)'
       )
     # Older jax releases: end.
 

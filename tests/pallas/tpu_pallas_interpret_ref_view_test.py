@@ -41,7 +41,7 @@ class InterpretRefViewTest(test_util.InterpretTestCase):
     # Older jax releases: begin.
     if jax.__version_info__ < (0, 11, 0):
       self.skipTest(
-          'jax 0.10 and older: their series have no ref view patch (0011)'
+          'jax 0.10 and older: their series have no ref view patch (0013)'
       )
     # Older jax releases: end.
 
