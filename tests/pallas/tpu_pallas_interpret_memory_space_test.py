@@ -95,10 +95,10 @@ class InterpretMemorySpaceConstraintTest(test_util.InterpretTestCase):
     # A ref made in VMEM or SMEM and written by a kernel is an input aliased
     # to an output, which a TPU passes in place: not supported.
     # Older jax releases: begin.
-    if jax.__version_info__ < (0, 11, 0):
+    if jax.__version_info__ < (0, 11, 1):
       self.skipTest(
-          'jax 0.10: pl.kernel passes captured refs as ANY operands, which'
-          ' the interpreter does not fill from the ref'
+          'jax 0.11.0 and older: pl.kernel passes captured refs as ANY'
+          ' operands, which the interpreter does not fill from the ref'
       )
     # Older jax releases: end.
     @jax.jit
