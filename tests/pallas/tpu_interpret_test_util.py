@@ -63,9 +63,10 @@ _KERNEL_TIMEOUT_S = 60.0
 def fail_instead_of_hanging(timeout_s: float = _KERNEL_TIMEOUT_S):
   """Turns a kernel that never finishes into an error.
 
-  After `timeout_s` seconds, marks the interpreter's shared memory as failed,
-  which makes every core that is blocked in a wait raise, and then resets the
-  interpreter's state for the tests that follow. If the process is still stuck
+  After `timeout_s` seconds, writes every thread's stack to stderr (where
+  each core was when the time ran out), marks the interpreter's shared memory
+  as failed, which makes every core that is blocked in a wait raise, and then
+  resets the interpreter's state for the tests that follow. If the process is still stuck
   `timeout_s` seconds later, `faulthandler` dumps every thread's stack and
   exits the process with an error.
 
@@ -80,6 +81,7 @@ def fail_instead_of_hanging(timeout_s: float = _KERNEL_TIMEOUT_S):
 
   def abort():
     fired.set()
+    faulthandler.dump_traceback(all_threads=True)
     error = TimeoutError(f'kernel did not finish within {timeout_s} s')
     # Older jax releases: begin.
     # At jax HEAD: shared_memory = mosaic_interpret._shared_memory
