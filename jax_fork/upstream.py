@@ -122,6 +122,7 @@ _REF_VIEW = 'tpu_pallas_interpret_ref_view_test.py'
 _CAPTURED_SCALAR = 'tpu_pallas_interpret_captured_scalar_test.py'
 _BLOCK_COPY = 'tpu_pallas_interpret_block_copy_test.py'
 _PRNG_KEY = 'tpu_pallas_interpret_prng_key_test.py'
+_MXU = 'tpu_pallas_interpret_mxu_test.py'
 
 
 def _tests(file: str, name: str,
@@ -217,6 +218,10 @@ CHANGES = (
     Change(
         prefix='0016',
         tests=_tests(_PRNG_KEY, 'InterpretPrngKeyTest'),
+    ),
+    Change(
+        prefix='0017',
+        tests=_tests(_MXU, 'InterpretExplicitMXUTest'),
     ),
 )
 

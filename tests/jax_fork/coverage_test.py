@@ -41,6 +41,10 @@ _MAIN_FILE = textwrap.dedent('''\
       o_ref[...] = x_ref[...] + 1
 
 
+    class MosaicError(Exception):
+      pass
+
+
     class FakeTest(unittest.TestCase):
 
       def test_a_sees_a_v6e(self):
@@ -88,6 +92,12 @@ _MAIN_FILE = textwrap.dedent('''\
         f = pl.pallas_call(
             add_one, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))
         self.assertIn("tpu_custom_call", jax.jit(f).lower(x).as_text())
+
+      def test_da_expects_a_mosaic_error(self):
+        # As upstream's tests of ops that a TPU generation lacks: the kernel
+        # runs in interpret mode, and "MosaicError not raised".
+        with self.assertRaises(MosaicError):
+          pass
 
       def test_e_gap(self):
         raise NotImplementedError("nan + dma_sem at 0x7f00aa 12")
@@ -157,6 +167,8 @@ class CoverageTest(absltest.TestCase):
         'test_c_skips': ('skipped', 'Needs a TPU v7'),
         'test_d_checks_mosaic': ('hardware-only',
                                  'checks the lowered or compiled kernel'),
+        'test_da_expects_a_mosaic_error': (
+            'hardware-only', 'expects a Mosaic compile error'),
         'test_e_gap': ('failed', 'NotImplementedError: nan + dma_sem at '
                                  '<address> N'),
         'test_f_gap': ('failed', 'NotImplementedError: nan + dma_sem at '
@@ -171,8 +183,8 @@ class CoverageTest(absltest.TestCase):
 
   def test_tables(self):
     self.assertEqual(coverage.file_rows(self.outcomes), [
-        {'file': 'tests/pallas/tpu_fake_test.py', 'total': 12, 'passed': 4,
-         'skipped': 1, 'hardware-only': 1, 'failed': 4, 'timed out': 2,
+        {'file': 'tests/pallas/tpu_fake_test.py', 'total': 13, 'passed': 4,
+         'skipped': 1, 'hardware-only': 2, 'failed': 4, 'timed out': 2,
          'pass_rate': 40.0},
         {'file': 'tests/pallas/tpu_other_test.py', 'total': 1, 'passed': 1,
          'skipped': 0, 'hardware-only': 0, 'failed': 0, 'timed out': 0,
@@ -182,16 +194,16 @@ class CoverageTest(absltest.TestCase):
         'status': 'failed', 'tests': 2, 'files': ['tpu_fake_test.py'],
         'cause': 'NotImplementedError: nan + dma_sem at <address> N',
         'example': 'tests/pallas/tpu_fake_test.py::FakeTest::test_e_gap'})
-    self.assertLen(causes, 6)
+    self.assertLen(causes, 7)
     text = coverage.table_text(self.outcomes).splitlines()
     self.assertEqual(text[:4], [
         'file               total  passed  skipped  hw-only  failed  '
         'timed out  pass rate',
-        'tpu_fake_test.py      12       4        1        1       4  '
+        'tpu_fake_test.py      13       4        1        2       4  '
         '        2      40.0%',
         'tpu_other_test.py      1       1        0        0       0  '
         '        0     100.0%',
-        'total                 13       5        1        1       4  '
+        'total                 14       5        1        2       4  '
         '        2      45.5%'])
     self.assertIn('    2  failed         NotImplementedError: nan + dma_sem '
                   'at <address> N (tpu_fake_test.py)', text)
