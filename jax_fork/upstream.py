@@ -121,6 +121,7 @@ _SEMAPHORE_OUTPUT = 'tpu_pallas_interpret_semaphore_output_test.py'
 _REF_VIEW = 'tpu_pallas_interpret_ref_view_test.py'
 _CAPTURED_SCALAR = 'tpu_pallas_interpret_captured_scalar_test.py'
 _BLOCK_COPY = 'tpu_pallas_interpret_block_copy_test.py'
+_KERNEL_EFFECTS = 'tpu_pallas_interpret_kernel_effects_test.py'
 
 
 def _tests(file: str, name: str,
@@ -212,6 +213,10 @@ CHANGES = (
     Change(
         prefix='0015',
         tests=_tests(_BLOCK_COPY, 'InterpretBlockCopyTest'),
+    ),
+    Change(
+        prefix='0016',
+        tests=_tests(_KERNEL_EFFECTS, 'InterpretSparseCoreRefEffectsTest'),
     ),
 )
 
