@@ -215,7 +215,7 @@ class InterpretSparseCoreRefEffectsTest(test_util.InterpretTestCase):
     expected[:mask.sum()] += 2 * x[mask]
     np.testing.assert_array_equal(out, expected)
 
-  def test_addupdate_compressed_from_every_subcore_to_shared_memory(self):
+  def test_addupdate_compressed_from_every_subcore_to_vmem_shared(self):
     # The 16 subcores add to the same VMEM_SHARED words at once; each
     # addition is atomic, so none is lost.
     self.enter_context(jax.sharding.use_abstract_mesh(
