@@ -123,6 +123,7 @@ _CAPTURED_SCALAR = 'tpu_pallas_interpret_captured_scalar_test.py'
 _BLOCK_COPY = 'tpu_pallas_interpret_block_copy_test.py'
 _PRNG_KEY = 'tpu_pallas_interpret_prng_key_test.py'
 _MXU = 'tpu_pallas_interpret_mxu_test.py'
+_KERNEL_EFFECTS = 'tpu_pallas_interpret_kernel_effects_test.py'
 
 
 def _tests(file: str, name: str,
@@ -222,6 +223,10 @@ CHANGES = (
     Change(
         prefix='0017',
         tests=_tests(_MXU, 'InterpretExplicitMXUTest'),
+    ),
+    Change(
+        prefix='0018',
+        tests=_tests(_KERNEL_EFFECTS, 'InterpretSparseCoreRefEffectsTest'),
     ),
 )
 
