@@ -3,9 +3,9 @@
 Each file in `tests/pallas/` runs in its own pytest process, as upstream runs
 each file as its own test target: files that request several CPU devices
 cannot share a process with files that need one. The migration tests, the
-jax_fork tests and ruff run once each. Each stage starts with `== NAME` and ends with
-`== NAME: N passed, N failed, N skipped (S s; total T s)`; the last line is
-`tests: N passed, N failed, N skipped`, the sum of the stages.
+jax_fork tests and ruff run once each. Each stage starts with `== NAME` and
+ends with `== NAME: N passed, N failed, N skipped (S s; total T s)`; the last
+line is `tests: N passed, N failed, N skipped`, the sum of the stages.
 
 Counted are tests as pytest's `N passed` line counts them: test functions
 and each parameterized case, from the `<testcase>` elements of pytest's JUnit

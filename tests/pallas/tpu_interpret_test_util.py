@@ -66,9 +66,9 @@ def fail_instead_of_hanging(timeout_s: float = _KERNEL_TIMEOUT_S):
   After `timeout_s` seconds, writes every thread's stack to stderr (where
   each core was when the time ran out), marks the interpreter's shared memory
   as failed, which makes every core that is blocked in a wait raise, and then
-  resets the interpreter's state for the tests that follow. If the process is still stuck
-  `timeout_s` seconds later, `faulthandler` dumps every thread's stack and
-  exits the process with an error.
+  resets the interpreter's state for the tests that follow. If the process is
+  still stuck `timeout_s` seconds later, `faulthandler` dumps every thread's
+  stack and exits the process with an error.
 
   Args:
     timeout_s: The time limit in seconds.

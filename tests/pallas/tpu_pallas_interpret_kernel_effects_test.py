@@ -54,6 +54,11 @@ class InterpretSparseCoreRefEffectsTest(test_util.InterpretTestCase):
     return np.where(mask, x[np.maximum(np.cumsum(mask) - 1, 0)], 0)
 
   @staticmethod
+  def _mask_from_bits(bits):
+    """A numpy bool mask of 8 lanes: lane i is bit i of `bits`."""
+    return (bits >> np.arange(8)) & 1 == 1
+
+  @staticmethod
   def _mask_in_kernel(mask):
     """`mask`, a 1-D numpy bool array, computed in a kernel.
 
@@ -114,14 +119,18 @@ class InterpretSparseCoreRefEffectsTest(test_util.InterpretTestCase):
   )
   def test_load_expanded(self, mask_bits, detect_races):
     x = np.arange(8, dtype=np.int32) + 10
-    mask = (mask_bits >> np.arange(8)) & 1 == 1
+    mask = self._mask_from_bits(mask_bits)
 
     def body(x_vmem, o_vmem):
-      o_vmem[...] = plsc.load_expanded(x_vmem.at[...], mask=self._mask_in_kernel(mask))
+      o_vmem[...] = plsc.load_expanded(
+          x_vmem.at[...], mask=self._mask_in_kernel(mask)
+      )
 
     out = self._run_on_first_subcore(body, x, detect_races=detect_races)
     # Elements the mask does not set are undefined.
-    np.testing.assert_array_equal(out[mask], self._expanded_in_numpy(x, mask)[mask])
+    np.testing.assert_array_equal(
+        out[mask], self._expanded_in_numpy(x, mask)[mask]
+    )
 
   @parameterized.parameters(3, 4)
   def test_load_expanded_reads_only_as_many_elements_as_set(self, num_set):
@@ -156,7 +165,7 @@ class InterpretSparseCoreRefEffectsTest(test_util.InterpretTestCase):
   )
   def test_store_compressed(self, mask_bits, detect_races):
     x = np.arange(8, dtype=np.int32) + 10
-    mask = (mask_bits >> np.arange(8)) & 1 == 1
+    mask = self._mask_from_bits(mask_bits)
 
     def body(x_vmem, o_vmem):
       o_vmem[...] = jnp.full((8,), -1, jnp.int32)
@@ -177,7 +186,9 @@ class InterpretSparseCoreRefEffectsTest(test_util.InterpretTestCase):
     def body(x_vmem, o_vmem):
       o_vmem[...] = jnp.full((16,), -1, jnp.int32)
       plsc.store_compressed(
-          o_vmem.at[pl.ds(5, 8)], x_vmem[pl.ds(2, 8)], mask=self._mask_in_kernel(mask)
+          o_vmem.at[pl.ds(5, 8)],
+          x_vmem[pl.ds(2, 8)],
+          mask=self._mask_in_kernel(mask),
       )
 
     out = self._run_on_first_subcore(body, x)
@@ -201,7 +212,7 @@ class InterpretSparseCoreRefEffectsTest(test_util.InterpretTestCase):
   )
   def test_addupdate_compressed(self, mask_bits, detect_races):
     x = np.arange(8, dtype=np.int32) + 10
-    mask = (mask_bits >> np.arange(8)) & 1 == 1
+    mask = self._mask_from_bits(mask_bits)
 
     def body(x_vmem, o_vmem):
       o_vmem[...] = jnp.ones((8,), jnp.int32)

@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""Tests for semaphore-typed pallas_call inputs and outputs in TPU interpret mode.
+"""Tests for semaphore-typed pallas_call operands in TPU interpret mode.
 
 To work around https://github.com/jax-ml/jax/issues/25671 , this file
 contains only tests that do not use shard_map.
