@@ -5,6 +5,10 @@
 # script reads it.
 JAX_VERSIONS = ["0.12.0.1", "0.11.2", "0.10.2", "0.9.2", "0.8.3", "0.7.2"]
 
+# The releases of JAX_VERSIONS whose series are maintenance-only (0.7.2 to
+# 0.9.2: patches 0001 to 0006, bug fixes only).
+MAINTENANCE_ONLY_VERSIONS = ["0.9.2", "0.8.3", "0.7.2"]
+
 def jax_version_suffix(version):
     """Returns the target name suffix of a jax version: jax0_12_0_1."""
     return "jax" + version.replace(".", "_")

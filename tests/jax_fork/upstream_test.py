@@ -394,6 +394,26 @@ class UpstreamExportTest(absltest.TestCase):
     self.assertEqual(exported, ours)
 
   @absltest.skipUnless(ONCE, 'runs once, with the newest jax release')
+  def test_bazel_runs_maintenance_only_releases_on_their_patches_tests(self):
+    # tests/pallas/BUILD.bazel makes targets for the releases of
+    # MAINTENANCE_ONLY_VERSIONS (bazel/defs.bzl) only for the test files of
+    # the patches their series have.
+    def bzl_list(path, name):
+      with open(os.path.join(REPO, path)) as f:
+        text = f.read()
+      match = re.search(rf'^{name} = \[(.*?)\]', text, re.M | re.S)
+      self.assertIsNotNone(match, f'{name} in {path}')
+      return re.findall(r'"([^"]+)"', match.group(1))
+
+    versions = bzl_list('bazel/defs.bzl', 'MAINTENANCE_ONLY_VERSIONS')
+    files = bzl_list('tests/pallas/BUILD.bazel', 'MAINTENANCE_ONLY_FILES')
+    manifest = manifest_lib.load(os.path.join(REPO, 'patches'))
+    counts = {len(manifest.series_for(v).patches) for v in versions}
+    self.assertLen(counts, 1, 'maintenance-only series of different lengths')
+    expected = {t.file for change in upstream.CHANGES[:counts.pop()]
+                for t in change.tests}
+    self.assertEqual(sorted(files), sorted(expected))
+
   def test_exported_tests_pass_jax_lint_settings(self):
     try:
       import ruff  # noqa: F401  # pylint: disable=g-import-not-at-top
