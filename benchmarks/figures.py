@@ -535,6 +535,12 @@ CALLBACK_KINDS = {
     'get': 'block copy out, read VMEM; output',
     'store[output_name]': 'block copy out, write HBM',
     '_check_for_revisiting': 'revisiting check, per step',
+    'copy_block[input_name]': 'block copy in',
+    '_copy_input_blocks[grid_rank,inputs]': 'block copies in, per step',
+    '_copy_output_blocks_and_check_for_revisiting[check_for_revisiting,'
+    'memory_spaces,output_names]': 'block copies out, revisiting check',
+    '_copy_output_blocks_and_check_for_revisiting[grid_rank,outputs]':
+        'block copies out, revisiting check',
     '_allocate_buffer[collective,collective_group_size,padded_shape,'
     'source_info]': 'allocate',
     '_initialize_shared_memory[interpret_params,num_subcores]':

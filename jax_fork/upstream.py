@@ -125,6 +125,7 @@ _PRNG_KEY = 'tpu_pallas_interpret_prng_key_test.py'
 _MXU = 'tpu_pallas_interpret_mxu_test.py'
 _KERNEL_EFFECTS = 'tpu_pallas_interpret_kernel_effects_test.py'
 _SPARSECORE_VECTOR = 'tpu_pallas_interpret_sparsecore_vector_test.py'
+_STEP_COPY = 'tpu_pallas_interpret_step_copy_test.py'
 
 
 def _tests(file: str, name: str,
@@ -232,6 +233,10 @@ CHANGES = (
     Change(
         prefix='0019',
         tests=_tests(_SPARSECORE_VECTOR, 'InterpretSparseCoreVectorTest'),
+    ),
+    Change(
+        prefix='0020',
+        tests=_tests(_STEP_COPY, 'InterpretStepCopyTest'),
     ),
 )
 
