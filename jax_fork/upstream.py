@@ -124,6 +124,7 @@ _BLOCK_COPY = 'tpu_pallas_interpret_block_copy_test.py'
 _PRNG_KEY = 'tpu_pallas_interpret_prng_key_test.py'
 _MXU = 'tpu_pallas_interpret_mxu_test.py'
 _KERNEL_EFFECTS = 'tpu_pallas_interpret_kernel_effects_test.py'
+_SELECT_REF = 'tpu_pallas_interpret_select_ref_test.py'
 
 
 def _tests(file: str, name: str,
@@ -227,6 +228,11 @@ CHANGES = (
     Change(
         prefix='0018',
         tests=_tests(_KERNEL_EFFECTS, 'InterpretSparseCoreRefEffectsTest'),
+    ),
+    Change(
+        prefix='0019',
+        tests=_tests(_SELECT_REF, 'InterpretSelectRefTest',
+                     'InterpretSelectRefDistributedTest'),
     ),
 )
 
