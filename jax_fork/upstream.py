@@ -126,6 +126,7 @@ _MXU = 'tpu_pallas_interpret_mxu_test.py'
 _KERNEL_EFFECTS = 'tpu_pallas_interpret_kernel_effects_test.py'
 _SPARSECORE_VECTOR = 'tpu_pallas_interpret_sparsecore_vector_test.py'
 _STEP_COPY = 'tpu_pallas_interpret_step_copy_test.py'
+_SELECT_REF = 'tpu_pallas_interpret_select_ref_test.py'
 
 
 def _tests(file: str, name: str,
@@ -237,6 +238,11 @@ CHANGES = (
     Change(
         prefix='0020',
         tests=_tests(_STEP_COPY, 'InterpretStepCopyTest'),
+    ),
+    Change(
+        prefix='0021',
+        tests=_tests(_SELECT_REF, 'InterpretSelectRefTest',
+                     'InterpretSelectRefDistributedTest'),
     ),
 )
 

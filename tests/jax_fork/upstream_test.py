@@ -199,6 +199,15 @@ pytype_strict_library(
         ":traceback_util",
     ],
 )
+
+pytype_strict_library(
+    name = "state_types",
+    srcs = [
+        "state/__init__.py",
+        "state/indexing.py",
+        "state/types.py",
+    ],
+)
 ''',
     'jax/experimental/BUILD': '''\
 pytype_strict_library(
@@ -333,7 +342,7 @@ class UpstreamExportTest(absltest.TestCase):
     self.assertLen(patches, len(to_export))
     self.assertEqual([p.name[:4] for p in to_export],
                      [c.prefix for c in upstream.CHANGES])
-    self.assertLen(to_export, 20)
+    self.assertLen(to_export, 21)
     for patch, written in zip(to_export, patches):
       self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
       self.assertTrue(os.path.exists(written[:-len('.patch')] + '.md'))
@@ -581,6 +590,7 @@ class UpstreamExportTest(absltest.TestCase):
             '        "//jax/_src/pallas/mosaic:sc_primitives",\n').replace(
             '        "//jax/_src:checkify",\n        "//jax/_src/pallas",\n',
             '        "//jax/_src:checkify",\n        "//jax/_src:random",\n'
+            '        "//jax/_src:state_types",\n'
             '        "//jax/_src/pallas",\n').replace(
             '        "//jax/_src:core",\n',
             '        "//jax/_src:core",\n        "//jax/_src:dtypes",\n'),
