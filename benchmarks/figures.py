@@ -106,11 +106,12 @@ def overhead(stock: Sequence[Result], patched: Sequence[Result],
 
   Beside the times, the io_callbacks (interpreter steps) one call runs are
   counted exactly in both venvs: with no feature used, the patched
-  interpreter must run the same steps as stock, whatever the timings say.
+  interpreter must run no more steps than stock, whatever the timings say
+  (fewer where the series' speed patches, #15 and #20, merge block copies).
   """
   fig = Figure('Overhead on kernels that use neither feature: patched / '
                f'stock CPU time per call (goal <= {goal} each, geometric '
-               f'mean <= {mean_goal}; callbacks per call equal)')
+               f'mean <= {mean_goal}; callbacks per call <= stock)')
   fig.lines.append(
       f'{"kernel":20s} {"stock ms":>8s} {"patched":>7s} {"ratio":>6s} '
       f'{"per pair":>11s} {"medians":>7s} {"wall":>5s} {"callbacks":>9s}  '
@@ -137,12 +138,12 @@ def overhead(stock: Sequence[Result], patched: Sequence[Result],
                      f'{callbacks:>9s}  {v}')
     fig.checks.append(Check(f'overhead {name}', f'{ratio:.3f}',
                             f'<= {goal}', v))
-    if len(s_cb) == 1 and s_cb == p_cb:
-      fig.checks.append(Check(f'callbacks {name}', f'{p_cb.pop()}',
-                              'as stock', 'goal met'))
+    if len(s_cb) == 1 and len(p_cb) == 1 and max(p_cb) <= min(s_cb):
+      fig.checks.append(Check(f'callbacks {name}', callbacks, '<= stock',
+                              'goal met'))
     else:
       fig.checks.append(Check(
-          f'callbacks {name}', callbacks, 'as stock',
+          f'callbacks {name}', callbacks, '<= stock',
           f'goal missed: stock {sorted(s_cb)}, patched {sorted(p_cb)}'))
   geomean = statistics.geometric_mean(ratios)
   v = verdict(geomean, mean_goal)
