@@ -29,7 +29,6 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 from jax._src import test_util as jtu
-from jax._src.pallas.mosaic import sc_primitives
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import tpu_sc as plsc
@@ -143,8 +142,13 @@ class InterpretSparseCoreVectorTest(test_util.InterpretTestCase):
   def test_masked_scan(self, op, dtype, mask_bits):
     x = np.array([5, 9, 2, 7, 1, 8, 3, 6]).astype(dtype)
     mask = ((mask_bits >> np.arange(8)) & 1).astype(np.int32)
-    # `cummin` is not exported by `plsc`.
-    scan = getattr(sc_primitives if op == 'cummin' else plsc, op)
+    if op == 'cummin':
+      # `plsc` does not export `cummin`. (Imported here: on jax 0.7.2,
+      # importing it before `jax.experimental.pallas` is a circular import.)
+      from jax._src.pallas.mosaic import sc_primitives  # pylint: disable=g-import-not-at-top
+      scan = sc_primitives.cummin
+    else:
+      scan = getattr(plsc, op)
     combine = {'cumsum': lambda a, b: a + b, 'cummax': max,
                'cummin': min}[op]
 
