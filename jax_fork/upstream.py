@@ -127,6 +127,7 @@ _KERNEL_EFFECTS = 'tpu_pallas_interpret_kernel_effects_test.py'
 _SPARSECORE_VECTOR = 'tpu_pallas_interpret_sparsecore_vector_test.py'
 _STEP_COPY = 'tpu_pallas_interpret_step_copy_test.py'
 _SELECT_REF = 'tpu_pallas_interpret_select_ref_test.py'
+_SPARSECORE_PACK = 'tpu_pallas_interpret_sparsecore_pack_test.py'
 
 
 def _tests(file: str, name: str,
@@ -243,6 +244,10 @@ CHANGES = (
         prefix='0021',
         tests=_tests(_SELECT_REF, 'InterpretSelectRefTest',
                      'InterpretSelectRefDistributedTest'),
+    ),
+    Change(
+        prefix='0022',
+        tests=_tests(_SPARSECORE_PACK, 'InterpretSparseCorePackTest'),
     ),
 )
 
