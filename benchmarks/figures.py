@@ -542,6 +542,8 @@ CALLBACK_KINDS = {
     'memory_spaces,output_names]': 'block copies out, revisiting check',
     '_copy_output_blocks_and_check_for_revisiting[grid_rank,outputs]':
         'block copies out, revisiting check',
+    '_copy_output_and_input_blocks[copy_inputs,copy_outputs,'
+    'num_output_args]': 'block copies out, check, next in',
     '_allocate_buffer[collective,collective_group_size,padded_shape,'
     'source_info]': 'allocate',
     '_initialize_shared_memory[interpret_params,num_subcores]':

@@ -128,6 +128,7 @@ _SPARSECORE_VECTOR = 'tpu_pallas_interpret_sparsecore_vector_test.py'
 _STEP_COPY = 'tpu_pallas_interpret_step_copy_test.py'
 _SELECT_REF = 'tpu_pallas_interpret_select_ref_test.py'
 _SPARSECORE_PACK = 'tpu_pallas_interpret_sparsecore_pack_test.py'
+_STEP_END_COPY = 'tpu_pallas_interpret_step_end_copy_test.py'
 
 
 def _tests(file: str, name: str,
@@ -248,6 +249,10 @@ CHANGES = (
     Change(
         prefix='0022',
         tests=_tests(_SPARSECORE_PACK, 'InterpretSparseCorePackTest'),
+    ),
+    Change(
+        prefix='0023',
+        tests=_tests(_STEP_END_COPY, 'InterpretStepEndCopyTest'),
     ),
 )
 

@@ -25,7 +25,7 @@ contains only tests that do not use shard_map.
 """
 
 import contextlib
-import functools
+import threading
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -62,36 +62,33 @@ class InterpretStepCopyTest(test_util.InterpretTestCase):
 
     Wraps `io_callback_impl`, which runs every io_callback, and the
     interpreter's `copy_block`. Yields a dict whose entries, after the block,
-    are `callbacks`: the io_callbacks that copied input blocks (by the
-    interpreter function they ran: `_copy_input_blocks`, or `copy_block` or
-    `get` of an input block in a callback of their own), and `blocks`: the
-    input blocks copied.
+    are `callbacks`: the io_callbacks that ran `copy_block` of an input
+    block on their thread, and `blocks`: the input blocks copied.
 
     Yields:
       The counts.
     """
-    counts = {'callbacks': 0, 'blocks': 0, 'other_kinds': set()}
+    counts = {'callbacks': 0, 'blocks': 0}
     callback_module = mosaic_interpret.callback
     saved_impl = callback_module.io_callback_impl
     saved_copy_block = mosaic_interpret.copy_block
+    lock = threading.Lock()
+    # The input blocks copied on each thread (the cores run on threads).
+    local = threading.local()
 
-    def impl(*args, callback, **kwargs):
-      fn = getattr(callback, 'callback_func', callback)
-      keywords = set()
-      while isinstance(fn, functools.partial):
-        keywords |= set(fn.keywords)
-        fn = fn.func
-      name = getattr(fn, '__name__', '')
-      if name == '_copy_input_blocks':
-        counts['callbacks'] += 1
-      elif 'input_name' in keywords:
-        counts['callbacks'] += 1
-        counts['other_kinds'].add(name)
-      return saved_impl(*args, callback=callback, **kwargs)
+    def impl(*args, **kwargs):
+      blocks_before = getattr(local, 'blocks', 0)
+      result = saved_impl(*args, **kwargs)
+      if getattr(local, 'blocks', 0) > blocks_before:
+        with lock:
+          counts['callbacks'] += 1
+      return result
 
     def copy_block(*args, **kwargs):
       if kwargs.get('input_name') is not None:
-        counts['blocks'] += 1
+        local.blocks = getattr(local, 'blocks', 0) + 1
+        with lock:
+          counts['blocks'] += 1
       return saved_copy_block(*args, **kwargs)
 
     callback_module.io_callback_impl = impl
@@ -129,7 +126,6 @@ class InterpretStepCopyTest(test_util.InterpretTestCase):
     # 4 steps x 1 callback; 4 steps x 3 blocks.
     self.assertEqual(counts['callbacks'], 4)
     self.assertEqual(counts['blocks'], 12)
-    self.assertEqual(counts['other_kinds'], set())
     if detect_races:
       self.assertFalse(mosaic_interpret.races.races_found)
 
@@ -164,7 +160,6 @@ class InterpretStepCopyTest(test_util.InterpretTestCase):
     np.testing.assert_array_equal(out, expected)
     self.assertEqual(counts['callbacks'], 2)
     self.assertEqual(counts['blocks'], 3)
-    self.assertEqual(counts['other_kinds'], set())
 
   def test_step_copy_blocked_matmul(self):
     # Grid (2, 2, 3), x block (i, k), y block (k, j): k changes at every
