@@ -129,6 +129,7 @@ _STEP_COPY = 'tpu_pallas_interpret_step_copy_test.py'
 _SELECT_REF = 'tpu_pallas_interpret_select_ref_test.py'
 _SPARSECORE_PACK = 'tpu_pallas_interpret_sparsecore_pack_test.py'
 _STEP_END_COPY = 'tpu_pallas_interpret_step_end_copy_test.py'
+_EMPTY_REF = 'tpu_pallas_interpret_empty_ref_test.py'
 
 
 def _tests(file: str, name: str,
@@ -253,6 +254,10 @@ CHANGES = (
     Change(
         prefix='0023',
         tests=_tests(_STEP_END_COPY, 'InterpretStepEndCopyTest'),
+    ),
+    Change(
+        prefix='0024',
+        tests=_tests(_EMPTY_REF, 'InterpretEmptyRefTest'),
     ),
 )
 
