@@ -130,6 +130,9 @@ _SELECT_REF = 'tpu_pallas_interpret_select_ref_test.py'
 _SPARSECORE_PACK = 'tpu_pallas_interpret_sparsecore_pack_test.py'
 _STEP_END_COPY = 'tpu_pallas_interpret_step_end_copy_test.py'
 _EMPTY_REF = 'tpu_pallas_interpret_empty_ref_test.py'
+_EMIT_PIPELINE_PRIMITIVE = (
+    'tpu_pallas_interpret_emit_pipeline_primitive_test.py')
+_SPARSECORE_GATHER = 'tpu_pallas_interpret_sparsecore_gather_test.py'
 
 
 def _tests(file: str, name: str,
@@ -258,6 +261,15 @@ CHANGES = (
     Change(
         prefix='0024',
         tests=_tests(_EMPTY_REF, 'InterpretEmptyRefTest'),
+    ),
+    Change(
+        prefix='0025',
+        tests=_tests(_EMIT_PIPELINE_PRIMITIVE,
+                     'InterpretEmitPipelinePrimitiveTest'),
+    ),
+    Change(
+        prefix='0026',
+        tests=_tests(_SPARSECORE_GATHER, 'InterpretSparseCoreGatherTest'),
     ),
 )
 

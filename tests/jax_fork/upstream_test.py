@@ -146,6 +146,11 @@ pytype_strict_library(
 ''',
     'jax/_src/pallas/mosaic/BUILD': '''\
 pytype_strict_library(
+    name = "pipeline",
+    srcs = ["pipeline.py"],
+)
+
+pytype_strict_library(
     name = "random",
     srcs = ["random.py"],
     deps = [
@@ -175,6 +180,11 @@ pytype_strict_library(
 ''',
     'jax/_src/BUILD': '''\
 pytype_strict_library(
+    name = "api_util",
+    srcs = ["api_util.py"],
+)
+
+pytype_strict_library(
     name = "checkify",
     srcs = ["checkify.py"],
 )
@@ -182,6 +192,16 @@ pytype_strict_library(
 pytype_strict_library(
     name = "dtypes",
     srcs = ["dtypes.py"],
+)
+
+pytype_strict_library(
+    name = "flattree",
+    srcs = ["flattree.py"],
+)
+
+pytype_strict_library(
+    name = "partial_eval",
+    srcs = ["interpreters/partial_eval.py"],
 )
 
 pytype_strict_library(
@@ -342,7 +362,7 @@ class UpstreamExportTest(absltest.TestCase):
     self.assertLen(patches, len(to_export))
     self.assertEqual([p.name[:4] for p in to_export],
                      [c.prefix for c in upstream.CHANGES])
-    self.assertLen(to_export, 24)
+    self.assertLen(to_export, 26)
     for patch, written in zip(to_export, patches):
       self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
       self.assertTrue(os.path.exists(written[:-len('.patch')] + '.md'))
@@ -589,7 +609,9 @@ class UpstreamExportTest(absltest.TestCase):
             '        "//jax/_src/pallas/mosaic:sc_core",\n'
             '        "//jax/_src/pallas/mosaic:sc_primitives",\n').replace(
             '        "//jax/_src:checkify",\n        "//jax/_src/pallas",\n',
-            '        "//jax/_src:checkify",\n        "//jax/_src:random",\n'
+            '        "//jax/_src:api_util",\n'
+            '        "//jax/_src:checkify",\n        "//jax/_src:flattree",\n'
+            '        "//jax/_src:partial_eval",\n        "//jax/_src:random",\n'
             '        "//jax/_src:state_types",\n'
             '        "//jax/_src/pallas",\n').replace(
             '        "//jax/_src:core",\n',
