@@ -248,4 +248,4 @@ class InterpretSparseCoreGatherTest(test_util.InterpretTestCase):
 
 
 if __name__ == '__main__':
-  absltest.main(testTestLoader=jtu.JaxTestLoader())
+  absltest.main(testLoader=jtu.JaxTestLoader())
