@@ -2,17 +2,23 @@
 
 Each file in `tests/pallas/` runs in its own pytest process, as upstream runs
 each file as its own test target: files that request several CPU devices
-cannot share a process with files that need one. The migration tests, the
-jax_fork tests and ruff run once each. Each stage starts with `== NAME` and
-ends with `== NAME: N passed, N failed, N skipped (S s; total T s)`; the last
-line is `tests: N passed, N failed, N skipped`, the sum of the stages.
+cannot share a process with files that need one. `--jobs` of those processes
+run side by side (as `bazel test --local_test_jobs=2` runs the targets); each
+one's output is printed whole when it ends, in file order. Then the migration
+tests, the jax_fork tests and the examples run one at a time, their output
+streamed: they make venvs and git repositories and run the main job's
+kernels, and the migration tests time their fault injection. ruff runs first.
+Each stage starts with `== NAME` and ends with `== NAME: N passed, N failed, N
+skipped (S s; total T s)`; the last line is `tests: N passed, N failed, N
+skipped`, the sum of the stages.
 
 Counted are tests as pytest's `N passed` line counts them: test functions
 and each parameterized case, from the `<testcase>` elements of pytest's JUnit
 XML; pytest's subtests (`self.subTest`) are not counted on their own (a
 failed subtest fails its test). ruff counts as one test.
 
-Usage: python scripts/run_tests.py [--scope=all|kernels] [-- PYTEST_ARGS...]
+Usage: python scripts/run_tests.py [--scope=all|kernels] [--jobs=N]
+           [-- PYTEST_ARGS...]
 
 --scope=kernels runs only the interpreter tests and the examples (what
 differs between jax releases of one minor line); all adds the tests of the
@@ -21,6 +27,8 @@ migration tool and of the maintainers' jax_fork, and ruff.
 
 from __future__ import annotations
 
+from concurrent import futures
+import os
 import pathlib
 import subprocess
 import sys
@@ -34,6 +42,10 @@ from absl import flags
 _SCOPE = flags.DEFINE_enum(
     'scope', 'all', ['all', 'kernels'],
     'all: every test and ruff; kernels: tests/pallas and the examples.')
+_JOBS = flags.DEFINE_integer(
+    'jobs', min(2, os.cpu_count() or 1),
+    'How many files of tests/pallas run side by side, each in its own pytest'
+    ' process (default: 2, or 1 on a 1-CPU machine).', lower_bound=1)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -71,23 +83,50 @@ def _counts(junit_xml: pathlib.Path) -> tuple[int, int, int]:
   return passed, failed, skipped
 
 
-def _stage_end(name: str, counts: tuple[int, int, int], start: float,
-               run_start: float) -> str:
-  """Returns the closing line of a stage, with its and the run's time."""
-  now = time.monotonic()
-  return (f'== {name}: {counts[0]} passed, {counts[1]} failed, {counts[2]}'
-          f' skipped ({now - start:.1f} s; total {now - run_start:.1f} s)')
+def _pytest(target: pathlib.Path, report: pathlib.Path, argv: list[str],
+            capture: bool) -> tuple[str, float]:
+  """Runs pytest on `target`, writing its JUnit XML report to `report`.
+
+  Args:
+    target: A test file or directory.
+    report: Where pytest writes its JUnit XML report.
+    argv: Extra pytest arguments.
+    capture: Whether to return pytest's output (stdout and stderr, merged)
+      instead of letting it through as it comes.
+
+  Returns:
+    pytest's output ('' if not captured) and its wall time in seconds.
+  """
+  start = time.monotonic()
+  cmd = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+         f'--junitxml={report}', str(target), *argv]
+  proc = subprocess.run(
+      cmd, cwd=ROOT, check=False, text=True,
+      stdout=subprocess.PIPE if capture else None,
+      stderr=subprocess.STDOUT if capture else None)
+  return proc.stdout or '', time.monotonic() - start
 
 
 def main(argv: list[str]) -> int:
   argv = argv[1:]
-  targets = sorted((ROOT / 'tests' / 'pallas').glob('*_test.py'))
+  side_by_side = sorted((ROOT / 'tests' / 'pallas').glob('*_test.py'))
+  one_at_a_time = []
   if _SCOPE.value == 'all':
-    targets.append(ROOT / 'tests' / 'migration')
-    targets.append(ROOT / 'tests' / 'jax_fork')
-  targets.append(ROOT / 'tests' / 'examples_test.py')
-  passed = failed = skipped = 0
+    one_at_a_time.append(ROOT / 'tests' / 'migration')
+    one_at_a_time.append(ROOT / 'tests' / 'jax_fork')
+  one_at_a_time.append(ROOT / 'tests' / 'examples_test.py')
+  totals = [0, 0, 0]
   run_start = time.monotonic()
+
+  def stage_ended(name: str, counts: tuple[int, int, int],
+                  seconds: float) -> None:
+    now = time.monotonic()
+    print(f'== {name}: {counts[0]} passed, {counts[1]} failed, {counts[2]}'
+          f' skipped ({seconds:.1f} s; total {now - run_start:.1f} s)',
+          flush=True)
+    for i in range(3):
+      totals[i] += counts[i]
+
   if _SCOPE.value == 'all':
     # Lint first: it takes a second and fails fast.
     start = time.monotonic()
@@ -95,29 +134,28 @@ def main(argv: list[str]) -> int:
     lint = subprocess.run(
         [sys.executable, '-m', 'ruff', 'check', '.'], cwd=ROOT, check=False
     )
-    counts = (0, 1, 0) if lint.returncode else (1, 0, 0)
-    print(_stage_end('ruff check', counts, start, run_start), flush=True)
-    passed, failed = counts[0], counts[1]
+    stage_ended('ruff check', (0, 1, 0) if lint.returncode else (1, 0, 0),
+                time.monotonic() - start)
   with tempfile.TemporaryDirectory() as tmp:
-    for i, target in enumerate(targets):
-      start = time.monotonic()
-      name = str(target.relative_to(ROOT))
-      report = pathlib.Path(tmp) / f'{i}.xml'
-      cmd = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-             f'--junitxml={report}', str(target), *argv]
-      print(f'== {name}', flush=True)
-      subprocess.run(cmd, cwd=ROOT, check=False)
-      counts = _counts(report)
-      print(_stage_end(name, counts, start, run_start), flush=True)
-      passed += counts[0]
-      failed += counts[1]
-      skipped += counts[2]
+    reports = [pathlib.Path(tmp) / f'{i}.xml'
+               for i in range(len(side_by_side) + len(one_at_a_time))]
+    with futures.ThreadPoolExecutor(max_workers=_JOBS.value) as pool:
+      runs = [pool.submit(_pytest, target, report, argv, True)
+              for target, report in zip(side_by_side, reports)]
+      for target, report, run in zip(side_by_side, reports, runs):
+        output, seconds = run.result()
+        print(f'== {target.relative_to(ROOT)}', flush=True)
+        print(output, end='', flush=True)
+        stage_ended(str(target.relative_to(ROOT)), _counts(report), seconds)
+    for target, report in zip(one_at_a_time, reports[len(side_by_side):]):
+      print(f'== {target.relative_to(ROOT)}', flush=True)
+      _, seconds = _pytest(target, report, argv, False)
+      stage_ended(str(target.relative_to(ROOT)), _counts(report), seconds)
 
   print(f'== all stages: {time.monotonic() - run_start:.1f} s')
   # Alone on the last line, the form CI's log reader counts.
-  print(f'tests: {passed} passed, {failed} failed, {skipped} skipped')
-  return 1 if failed or not passed else 0
-
+  print(f'tests: {totals[0]} passed, {totals[1]} failed, {totals[2]} skipped')
+  return 1 if totals[1] or not totals[0] else 0
 
 if __name__ == '__main__':
   app.run(main)
