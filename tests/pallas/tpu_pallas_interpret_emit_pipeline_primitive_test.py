@@ -236,5 +236,33 @@ class InterpretEmitPipelinePrimitiveTest(test_util.InterpretTestCase):
     np.testing.assert_array_equal(out, np.asarray(x) + 1 + core * 1000)
 
 
+  @parameterized.parameters(1, 2)
+  def test_emit_pipeline_vmap_with_explicit_indices(self, rows):
+    # Batching the primitive adds a grid axis in front of the pipeline's
+    # (`_emit_pipeline_batching_rule`); a body that takes the step explicitly
+    # sees the indices of its own grid (rows, 4). With rows == 1 the first
+    # index is a constant of the pipeline's loop, which the body must still
+    # receive as its first argument.
+    def kernel(o_hbm):
+      def body(ps, o_ref):
+        o_ref[...] = jnp.broadcast_to(ps.index[0] * 100 + ps.index[1],
+                                      o_ref.shape)
+
+      jax.vmap(pltpu.emit_pipeline(
+          body,
+          grid=(rows, 4),
+          out_specs=[pl.BlockSpec((8, 128), lambda r, i: (r, i))],
+          _explicit_indices=True,
+      ))(o_hbm)
+
+    out = self._emit_pipeline_call(
+        kernel, jax.ShapeDtypeStruct((3, rows * 8, 4 * 128), jnp.int32),
+        use_primitive=True)
+    step = (np.arange(rows)[:, None] * 100 + np.arange(4)[None, :])
+    expected = np.repeat(np.repeat(step, 8, axis=0), 128, axis=1)
+    np.testing.assert_array_equal(
+        out, np.broadcast_to(expected, (3, rows * 8, 4 * 128)))
+
+
 if __name__ == '__main__':
   absltest.main(testLoader=jtu.JaxTestLoader())
