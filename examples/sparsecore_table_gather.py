@@ -109,8 +109,11 @@ def embedding_lookup(
     # The table is complete once every subcore of this SparseCore is here.
     plsc.subcore_barrier()
 
+    # A vector subcore loads its VMEM by vectors (Mosaic lowers no scalar
+    # load from VMEM): the ids as one vector, then each id from it.
+    ids = ids_vmem[...]
     for i in range(LOOKUPS_PER_SUBCORE):
-      pltpu.sync_copy(table_shared.at[ids_vmem[i]], rows_vmem.at[i])
+      pltpu.sync_copy(table_shared.at[ids[i]], rows_vmem.at[i])
     pltpu.sync_copy(rows_vmem, rows_hbm.at[core, subcore])
 
     lanes = lax.broadcasted_iota(jnp.int32, (LOOKUPS_PER_SUBCORE,), 0)
