@@ -67,7 +67,7 @@ class _SparseCoreTestCase(test_util.InterpretTestCase):
 class InterpretSparseCoreTest(_SparseCoreTestCase):
 
   def _sparse_core_kernel(self, out_type=None, *scratch_types, num_cores=2,
-                          scalar=False, **params):
+                          num_subcores=16, scalar=False, **params):
     """Returns `pl.kernel` over the subcores of a TPU v6e, in interpret mode.
 
     By default over a `plsc.VectorSubcoreMesh` of 2 SparseCores of 16
@@ -81,9 +81,10 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
     else:
       mesh = plsc.VectorSubcoreMesh(core_axis_name='core',
                                     subcore_axis_name='subcore',
-                                    num_cores=num_cores)
+                                    num_cores=num_cores,
+                                    num_subcores=num_subcores)
     return test_util.kernel(
-        out_type=out_type or jax.ShapeDtypeStruct((num_cores, 16, 8),
+        out_type=out_type or jax.ShapeDtypeStruct((num_cores, num_subcores, 8),
                                                   jnp.int32),
         mesh=mesh,
         scratch_types=scratch_types,
@@ -182,12 +183,18 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
       self, collective_axes, memory_space, expected_per_core
   ):
     # Subcore 0 of each group sharing the buffer fills it and signals the
-    # shared semaphore once per sharer; every subcore then reads it.
-    sharing = 16 * (2 if 'core' in collective_axes else 1)
+    # shared semaphore once per sharer; every subcore then reads it. 8
+    # subcores per SparseCore: every other subcore blocks until the writer has
+    # run, and XLA's CPU client runs at most 32 computations per device at
+    # once (the kernel itself is one), so with 2 x 16 subcores the writer
+    # could wait forever for its turn.
+    num_subcores = 8
+    sharing = num_subcores * (2 if 'core' in collective_axes else 1)
 
     @self._sparse_core_kernel(
         None,
         pltpu.VMEM((8,), jnp.int32),
+        num_subcores=num_subcores,
         detect_races=True,
         allow_collective_axes_in_run_scoped=True,
         allow_hbm_allocation_in_run_scoped=memory_space is pltpu.HBM,
@@ -217,7 +224,9 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
           collective_axes=collective_axes,
       )
 
-    expected = np.broadcast_to(expected_per_core[:, None, None], (2, 16, 8))
+    expected = np.broadcast_to(
+        expected_per_core[:, None, None], (2, num_subcores, 8)
+    )
     np.testing.assert_array_equal(kernel(), expected)
     self.assertFalse(mosaic_interpret.races.races_found)
 
