@@ -133,6 +133,7 @@ _EMPTY_REF = 'tpu_pallas_interpret_empty_ref_test.py'
 _EMIT_PIPELINE_PRIMITIVE = (
     'tpu_pallas_interpret_emit_pipeline_primitive_test.py')
 _SPARSECORE_GATHER = 'tpu_pallas_interpret_sparsecore_gather_test.py'
+_SPARSECORE_LOWERING = 'tpu_pallas_interpret_sparsecore_lowering_test.py'
 
 
 def _tests(file: str, name: str,
@@ -270,6 +271,10 @@ CHANGES = (
     Change(
         prefix='0026',
         tests=_tests(_SPARSECORE_GATHER, 'InterpretSparseCoreGatherTest'),
+    ),
+    Change(
+        prefix='0027',
+        tests=_tests(_SPARSECORE_LOWERING, 'InterpretSparseCoreLoweringTest'),
     ),
 )
 
