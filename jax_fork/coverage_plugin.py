@@ -179,21 +179,28 @@ def _forget_failures(wait: bool) -> None:
   the ordered-effect tokens of its devices), and every later kernel of the
   process would fail with it: each test is measured on its own.
 
+  The state is reset only once the test's computations have ended: a test
+  may return while its kernel still runs (its outputs are not awaited), and
+  a reset under a running kernel gives its devices different barriers to
+  wait at, which hangs.
+
   Args:
     wait: Wait for the test's computations to end (not after a timeout,
-      where one may never end) before their tokens are dropped.
+      where one may never end) before the state is reset; a computation
+      that failed, or was not awaited, has its tokens dropped.
   """
   import jax  # pylint: disable=g-import-not-at-top
   from jax._src import dispatch  # pylint: disable=g-import-not-at-top
   from jax.experimental.pallas import tpu as pltpu  # pylint: disable=g-import-not-at-top
-  pltpu.reset_tpu_interpret_mode_state()
+  drop_tokens = not wait
   if wait:
     try:
       jax.effects_barrier()
-      return
     except Exception:  # pylint: disable=broad-exception-caught
-      pass
-  dispatch.runtime_tokens.clear()
+      drop_tokens = True
+  pltpu.reset_tpu_interpret_mode_state()
+  if drop_tokens:
+    dispatch.runtime_tokens.clear()
 
 
 @pytest.hookimpl(hookwrapper=True)

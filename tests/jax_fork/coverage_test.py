@@ -45,6 +45,9 @@ _MAIN_FILE = textwrap.dedent('''\
       pass
 
 
+    KERNEL_ENDS = []
+
+
     class FakeTest(unittest.TestCase):
 
       def test_a_sees_a_v6e(self):
@@ -83,6 +86,32 @@ _MAIN_FILE = textwrap.dedent('''\
         # The plugin has reset TPU interpret mode after the failed test.
         self.assertIsNone(interpret_pallas_call._shared_memory)
         self.test_b_interpreted()
+
+      def test_bc_returns_before_its_kernel_ends(self):
+        # A kernel on 4 devices whose output the test does not await, as in
+        # upstream's test_pl_kernel_in_shmap_explicit_mesh. Resetting the
+        # interpreter's state under it failed the kernel, or hung its devices
+        # at their barrier.
+        mesh = jax.make_mesh((4,), ("x",))
+        spec = jax.sharding.PartitionSpec("x")
+        block = pl.BlockSpec((8, 128), lambda i: (i, 0))
+
+        def per_device(x):
+          y = pl.pallas_call(
+              add_one, grid=(64,), in_specs=[block], out_specs=block,
+              out_shape=jax.ShapeDtypeStruct((64 * 8, 128), jnp.float32))(x)
+          jax.debug.callback(lambda v: KERNEL_ENDS.append(float(v)),
+                             y[-1, -1])
+          return y
+
+        f = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=spec,
+                                  out_specs=spec, check_vma=False))
+        f(jax.device_put(jnp.ones((4 * 64 * 8, 128), jnp.float32),
+                         jax.sharding.NamedSharding(mesh, spec)))
+
+      def test_bd_after_an_unawaited_kernel(self):
+        # The plugin waited for the kernel to end on every device.
+        self.assertEqual(KERNEL_ENDS, [2.0] * 4)
 
       def test_c_skips(self):
         self.skipTest("Needs a TPU v7")
@@ -164,6 +193,8 @@ class CoverageTest(absltest.TestCase):
             'Out-of-bounds read of (N N vmem N): reading [(slice(N, N, N), '
             'slice(N, N, N))] but buffe'),
         'test_bb_after_a_failed_kernel': ('passed', ''),
+        'test_bc_returns_before_its_kernel_ends': ('passed', ''),
+        'test_bd_after_an_unawaited_kernel': ('passed', ''),
         'test_c_skips': ('skipped', 'Needs a TPU v7'),
         'test_d_checks_mosaic': ('hardware-only',
                                  'checks the lowered or compiled kernel'),
@@ -183,9 +214,9 @@ class CoverageTest(absltest.TestCase):
 
   def test_tables(self):
     self.assertEqual(coverage.file_rows(self.outcomes), [
-        {'file': 'tests/pallas/tpu_fake_test.py', 'total': 13, 'passed': 4,
+        {'file': 'tests/pallas/tpu_fake_test.py', 'total': 15, 'passed': 6,
          'skipped': 1, 'hardware-only': 2, 'failed': 4, 'timed out': 2,
-         'pass_rate': 40.0},
+         'pass_rate': 50.0},
         {'file': 'tests/pallas/tpu_other_test.py', 'total': 1, 'passed': 1,
          'skipped': 0, 'hardware-only': 0, 'failed': 0, 'timed out': 0,
          'pass_rate': 100.0}])
@@ -199,12 +230,12 @@ class CoverageTest(absltest.TestCase):
     self.assertEqual(text[:4], [
         'file               total  passed  skipped  hw-only  failed  '
         'timed out  pass rate',
-        'tpu_fake_test.py      13       4        1        2       4  '
-        '        2      40.0%',
+        'tpu_fake_test.py      15       6        1        2       4  '
+        '        2      50.0%',
         'tpu_other_test.py      1       1        0        0       0  '
         '        0     100.0%',
-        'total                 14       5        1        2       4  '
-        '        2      45.5%'])
+        'total                 16       7        1        2       4  '
+        '        2      53.8%'])
     self.assertIn('    2  failed         NotImplementedError: nan + dma_sem '
                   'at <address> N (tpu_fake_test.py)', text)
 
