@@ -79,13 +79,12 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
     if scalar:
       mesh = plsc.ScalarSubcoreMesh(axis_name='core', num_cores=num_cores)
     else:
-      mesh = plsc.VectorSubcoreMesh(core_axis_name='core',
-                                    subcore_axis_name='subcore',
-                                    num_cores=num_cores,
-                                    num_subcores=num_subcores)
+      mesh = plsc.VectorSubcoreMesh(
+          core_axis_name='core', subcore_axis_name='subcore',
+          num_cores=num_cores, num_subcores=num_subcores)
     return test_util.kernel(
-        out_type=out_type or jax.ShapeDtypeStruct((num_cores, num_subcores, 8),
-                                                  jnp.int32),
+        out_type=out_type
+        or jax.ShapeDtypeStruct((num_cores, num_subcores, 8), jnp.int32),
         mesh=mesh,
         scratch_types=scratch_types,
         interpret=test_util.interpret_params(**params),
@@ -183,18 +182,12 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
       self, collective_axes, memory_space, expected_per_core
   ):
     # Subcore 0 of each group sharing the buffer fills it and signals the
-    # shared semaphore once per sharer; every subcore then reads it. 8
-    # subcores per SparseCore: every other subcore blocks until the writer has
-    # run, and XLA's CPU client runs at most 32 computations per device at
-    # once (the kernel itself is one), so with 2 x 16 subcores the writer
-    # could wait forever for its turn.
-    num_subcores = 8
-    sharing = num_subcores * (2 if 'core' in collective_axes else 1)
+    # shared semaphore once per sharer; every subcore then reads it. Not on 2 x
+    # 16 subcores: XLA's CPU client runs at most 32 computations at once.
+    sharing = 8 * (2 if 'core' in collective_axes else 1)
 
     @self._sparse_core_kernel(
-        None,
-        pltpu.VMEM((8,), jnp.int32),
-        num_subcores=num_subcores,
+        None, pltpu.VMEM((8,), jnp.int32), num_subcores=8,
         detect_races=True,
         allow_collective_axes_in_run_scoped=True,
         allow_hbm_allocation_in_run_scoped=memory_space is pltpu.HBM,
@@ -224,9 +217,7 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
           collective_axes=collective_axes,
       )
 
-    expected = np.broadcast_to(
-        expected_per_core[:, None, None], (2, num_subcores, 8)
-    )
+    expected = np.broadcast_to(expected_per_core[:, None, None], (2, 8, 8))
     np.testing.assert_array_equal(kernel(), expected)
     self.assertFalse(mosaic_interpret.races.races_found)
 
