@@ -197,12 +197,11 @@ def sparsecore_gather() -> Callable[[], object]:
   )
   def kernel(table_hbm, ids_hbm, o_hbm, ids_vmem, rows_vmem):
     pltpu.sync_copy(ids_hbm, ids_vmem)
-
-    def gather(i, carry):
-      pltpu.sync_copy(table_hbm.at[ids_vmem[i]], rows_vmem.at[i])
-      return carry
-
-    lax.fori_loop(0, lookups, gather, None)
+    # Mosaic lowers no scalar load from a vector subcore's VMEM: load the ids
+    # as one vector, then take each id from it.
+    ids = ids_vmem[...]
+    for i in range(lookups):
+      pltpu.sync_copy(table_hbm.at[ids[i]], rows_vmem.at[i])
     rows_vmem[...] = rows_vmem[...] * 2.0
     pltpu.sync_copy(rows_vmem, o_hbm)
 
