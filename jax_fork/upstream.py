@@ -134,6 +134,7 @@ _EMIT_PIPELINE_PRIMITIVE = (
     'tpu_pallas_interpret_emit_pipeline_primitive_test.py')
 _SPARSECORE_GATHER = 'tpu_pallas_interpret_sparsecore_gather_test.py'
 _SPARSECORE_LOWERING = 'tpu_pallas_interpret_sparsecore_lowering_test.py'
+_CORE_MEMORY_SPACE = 'tpu_pallas_interpret_core_memory_space_test.py'
 
 
 def _tests(file: str, name: str,
@@ -275,6 +276,10 @@ CHANGES = (
     Change(
         prefix='0027',
         tests=_tests(_SPARSECORE_LOWERING, 'InterpretSparseCoreLoweringTest'),
+    ),
+    Change(
+        prefix='0028',
+        tests=_tests(_CORE_MEMORY_SPACE, 'InterpretCoreMemorySpaceTest'),
     ),
 )
 
