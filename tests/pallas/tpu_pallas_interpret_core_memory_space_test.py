@@ -25,6 +25,7 @@ contains only tests that do not use shard_map.
 """
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import jax
 from jax._src import test_util as jtu
 from jax.experimental import pallas as pl
@@ -111,29 +112,37 @@ class InterpretCoreMemorySpaceTest(test_util.InterpretTestCase):
         kernel(x), x + np.arange(mesh.num_subcores)[:, None]
     )
 
-  def test_memory_of_cores_of_another_type_raises(self):
+  @parameterized.parameters('scratch', 'empty_ref')
+  def test_memory_of_cores_of_another_type_raises(self, allocated_by):
     device = test_util.tpu_v6e()
     self.enter_context(jax.sharding.use_abstract_mesh(
         jax.sharding.AbstractMesh((), (), abstract_device=device)))
     tensor_core_mesh = test_util.tensorcore_mesh(axis_name='core', num_cores=1)
+    vmem = pltpu.VMEM((8,), jnp.int32) @ tensor_core_mesh
 
     @test_util.kernel(
         out_type=jax.ShapeDtypeStruct((8,), jnp.int32),
         mesh=plsc.VectorSubcoreMesh(
             core_axis_name='core', subcore_axis_name='subcore', num_cores=1
         ),
-        scratch_types=[pltpu.VMEM((8,), jnp.int32) @ tensor_core_mesh],
+        scratch_types=[vmem] if allocated_by == 'scratch' else [],
         interpret=test_util.interpret_params(),
     )
-    def kernel(o_hbm, vmem):
-      pltpu.sync_copy(vmem, o_hbm)
+    def kernel(o_hbm, *scratch):
+      if allocated_by == 'scratch':
+        (ref,) = scratch
+      else:
+        ref = jax.empty_ref(
+            jax.ShapeDtypeStruct((8,), jnp.int32),
+            memory_space=vmem.memory_space,
+        )
+      pltpu.sync_copy(ref, o_hbm)
 
     with self.assertRaisesRegex(
         NotImplementedError,
         r'VMEM@TC, memory of TC cores, in a kernel on SC_VECTOR_SUBCORE',
     ):
       jax.block_until_ready(kernel())
-
 
 if __name__ == '__main__':
   absltest.main(testLoader=jtu.JaxTestLoader())
