@@ -135,6 +135,7 @@ _EMIT_PIPELINE_PRIMITIVE = (
 _SPARSECORE_GATHER = 'tpu_pallas_interpret_sparsecore_gather_test.py'
 _SPARSECORE_LOWERING = 'tpu_pallas_interpret_sparsecore_lowering_test.py'
 _CORE_MEMORY_SPACE = 'tpu_pallas_interpret_core_memory_space_test.py'
+_SPARSECORE_SCAN_COUNT = 'tpu_pallas_interpret_sparsecore_scan_count_test.py'
 
 
 def _tests(file: str, name: str,
@@ -280,6 +281,11 @@ CHANGES = (
     Change(
         prefix='0028',
         tests=_tests(_CORE_MEMORY_SPACE, 'InterpretCoreMemorySpaceTest'),
+    ),
+    Change(
+        prefix='0029',
+        tests=_tests(_SPARSECORE_SCAN_COUNT,
+                     'InterpretSparseCoreScanCountTest'),
     ),
 )
 
