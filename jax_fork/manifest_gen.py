@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 
 from migration import check
@@ -122,6 +123,12 @@ def generate(patches_dir: str, serve: dict[str, list[str]] | None = None,
     raise errors.PatchDataError(
         f'--serve names unknown series: {", ".join(sorted(serve))}.')
   out['checksum'] = manifest_lib.checksum(out)
+  # A committed file keeps its mode (a clone's 0o644, not mkstemp's 0o600).
+  try:
+    mode = stat.S_IMODE(
+        os.stat(os.path.join(patches_dir, manifest_lib.MANIFEST)).st_mode)
+  except FileNotFoundError:
+    mode = 0o644
   fsutil.write_atomic(patches_dir, manifest_lib.MANIFEST, (
-      json.dumps(out, indent=2, sort_keys=True) + '\n').encode())
+      json.dumps(out, indent=2, sort_keys=True) + '\n').encode(), mode)
   return out

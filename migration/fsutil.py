@@ -150,18 +150,26 @@ def makedirs(root: str, relparts: list[str]) -> str:
   return path
 
 
-def write_atomic(root: str, relpath: str, data: bytes) -> None:
+def write_atomic(root: str, relpath: str, data: bytes,
+                 mode: int | None = None) -> None:
   """Writes ``root/relpath`` atomically (temp file, fsync, rename).
 
   ``root`` must exist; the directories below it are created, never through
   a link.
+
+  Args:
+    root: an existing directory.
+    relpath: the file's path below ``root``, with ``/``.
+    data: the content.
+    mode: permission bits of the file, or None for mkstemp's 0o600 (the
+      tool's state files).
 
   Raises:
     OSError: it cannot be written; the old file, if any, is unchanged.
   """
   parts = relpath.split('/')
   directory = makedirs(root, parts[:-1])
-  tmp = write_temp(directory, data)
+  tmp = write_temp(directory, data, mode)
   try:
     os.replace(tmp, os.path.join(directory, parts[-1]))
   except BaseException:

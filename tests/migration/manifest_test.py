@@ -6,6 +6,7 @@ import fnmatch
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import zipfile
@@ -129,10 +130,15 @@ class ManifestTest(absltest.TestCase):
   def test_manifest_is_up_to_date(self):
     with open(os.path.join(PATCHES, manifest_lib.MANIFEST)) as f:
       committed = json.load(f)
-    regenerated = manifest_gen.generate(self.copy_patches())
+    patches = self.copy_patches()
+    path = os.path.join(patches, manifest_lib.MANIFEST)
+    os.chmod(path, 0o644)
+    regenerated = manifest_gen.generate(patches)
     self.assertEqual(regenerated, committed,
                      'patches/manifest.json is stale; run '
                      '`python -m jax_fork manifest`.')
+    # Rewritten with the mode it had, not a temporary file's 0o600.
+    self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o644)
 
   def test_load_rejects_edited_series(self):
     patches = self.copy_patches()

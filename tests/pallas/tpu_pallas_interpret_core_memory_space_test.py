@@ -144,5 +144,6 @@ class InterpretCoreMemorySpaceTest(test_util.InterpretTestCase):
     ):
       jax.block_until_ready(kernel())
 
+
 if __name__ == '__main__':
   absltest.main(testLoader=jtu.JaxTestLoader())
