@@ -136,6 +136,7 @@ _SPARSECORE_GATHER = 'tpu_pallas_interpret_sparsecore_gather_test.py'
 _SPARSECORE_LOWERING = 'tpu_pallas_interpret_sparsecore_lowering_test.py'
 _CORE_MEMORY_SPACE = 'tpu_pallas_interpret_core_memory_space_test.py'
 _SPARSECORE_SCAN_COUNT = 'tpu_pallas_interpret_sparsecore_scan_count_test.py'
+_POISON_BUFFERS = 'tpu_pallas_interpret_poison_buffers_test.py'
 
 
 def _tests(file: str, name: str,
@@ -286,6 +287,10 @@ CHANGES = (
         prefix='0029',
         tests=_tests(_SPARSECORE_SCAN_COUNT,
                      'InterpretSparseCoreScanCountTest'),
+    ),
+    Change(
+        prefix='0030',
+        tests=_tests(_POISON_BUFFERS, 'InterpretPoisonBuffersTest'),
     ),
 )
 
