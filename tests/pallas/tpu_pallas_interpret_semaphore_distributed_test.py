@@ -18,6 +18,9 @@ To work around https://github.com/jax-ml/jax/issues/25671 , this file
 contains only tests that use shard_map.
 """
 
+import contextlib
+import sys
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
@@ -156,6 +159,80 @@ class InterpretSemaphoreDistributedTest(test_util.InterpretDistributedTestCase):
     left_ids = (np.arange(num_devices) - 1) % num_devices
     expected = np.stack([left_ids + 1, np.zeros(num_devices)], axis=1)
     np.testing.assert_array_equal(counts, expected.reshape(-1))
+
+
+@contextlib.contextmanager
+def _switch_threads_often():
+  """Makes Python switch threads as often as it can (`sys.setswitchinterval`)."""
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(1e-6)
+  try:
+    yield
+  finally:
+    sys.setswitchinterval(interval)
+
+
+@jtu.thread_unsafe_test_class()
+class InterpretSemaphoreReadLockOrderTest(
+    test_util.InterpretDistributedTestCase
+):
+  """A regression test of the 0.8.2, 0.9.1 and 0.9.2 series' patch 0002.
+
+  There, `pl.semaphore_read` took the shared memory's lock while holding the
+  semaphore's, and the check at kernel exit that no semaphore count is left
+  (`SharedMemory.get_sempahores_with_nonzero_count`) takes them in the other
+  order: a device reading a semaphore while another finished its kernel could
+  block both for ever (seen once in CI, in
+  `test_nondecrementing_wait_on_remote_signal`). The interleaving is rare, so
+  the test makes many kernel exits meet many reads, with threads switched as
+  often as Python can; it is not exported upstream, whose interpreter takes
+  the two locks in one order.
+  """
+
+  def test_read_while_other_devices_exit(self):
+    num_devices = 4
+    num_sems = 64
+    num_reads = 40
+    mesh = jtu.create_mesh((num_devices,), ('x',))
+
+    def kernel(o_ref, start_sem, sems):
+      my_id = lax.axis_index('x')
+
+      @pl.when(my_id == 0)
+      def _():
+        for device in range(1, num_devices):
+          pl.semaphore_signal(start_sem, 1, device_id=(device,))
+
+        def body(i, total):
+          return total + pl.semaphore_read(sems.at[(i * 37) % num_sems]) + 1
+
+        o_ref[0] = lax.fori_loop(0, num_reads, body, 0)
+
+      @pl.when(my_id != 0)
+      def _():
+        pl.semaphore_wait(start_sem, 1)
+        o_ref[0] = my_id
+
+    reads = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+        scratch_shapes=[
+            pltpu.SemaphoreType.REGULAR,
+            pltpu.SemaphoreType.REGULAR((num_sems,)),
+        ],
+        interpret=pltpu.InterpretParams(),
+    )
+    run = jax.jit(
+        shard_map.shard_map(
+            reads, mesh=mesh, in_specs=(), out_specs=P('x'), check_vma=False
+        )
+    )
+    # Device 0 reads counts that stay 0, once per loop step.
+    expected = np.array([num_reads, 1, 2, 3])
+    with _switch_threads_often():
+      for _ in range(100):
+        np.testing.assert_array_equal(jax.block_until_ready(run()), expected)
 
 
 if __name__ == '__main__':
