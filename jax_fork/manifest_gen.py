@@ -50,10 +50,43 @@ def _hash_states(patches: list[manifest_lib.Patch], wheel: str,
   return {f: tuple(h) for f, h in states.items()}, upstream
 
 
+def _superseded(old: dict, states: dict[str, tuple[str | None, ...]]
+                ) -> dict[str, list[str]]:
+  """The hashes of files fully patched by earlier series, per file.
+
+  Args:
+    old: the version's entry in the manifest being replaced (``{}`` if
+      none).
+    states: file -> its hashes with the new series (pristine, after patch 1,
+      ...).
+
+  Returns:
+    File -> sorted sha256s: the old entry's ``superseded`` and its fully
+    patched hash, less those the new series also gives (where nothing
+    changed). Files the new series does not touch are left out.
+  """
+  out = {}
+  for f, hashes in states.items():
+    earlier = set(old.get('superseded', {}).get(f, ()))
+    entry = old.get('files', {}).get(f)
+    if entry:
+      earlier.add((entry['after_patch'] or [entry['pristine']])[-1])
+    earlier -= set(hashes) | {None}
+    if earlier:
+      out[f] = sorted(earlier)
+  return out
+
+
 def generate(patches_dir: str, serve: dict[str, list[str]] | None = None,
              release: int | None = None,
              wheel_dirs: tuple[str, ...] = ()) -> dict:
   """(Re)generates ``manifest.json`` from the series and pristine wheels.
+
+  The hashes of files fully patched by the series the existing manifest
+  describes, where the new series gives other ones, are kept as
+  ``superseded`` (with those it already kept): ``python -m migration`` then
+  updates an install an earlier release patched instead of refusing it as
+  locally modified.
 
   Args:
     patches_dir: the patches directory; every subfolder with a ``series``
@@ -81,6 +114,8 @@ def generate(patches_dir: str, serve: dict[str, list[str]] | None = None,
   out: dict = {'format': manifest_lib.FORMAT,
                'release': release or int(old.get('release', 1)),
                'series': {}}
+  old_versions = {v: vraw for sraw in old.get('series', {}).values()
+                  for v, vraw in sraw.get('versions', {}).items()}
   names = sorted(d for d in os.listdir(patches_dir)
                  if os.path.isfile(
                      os.path.join(patches_dir, d, manifest_lib.SERIES)))
@@ -111,6 +146,9 @@ def generate(patches_dir: str, serve: dict[str, list[str]] | None = None,
           'wheel_sha256': wheels.sha256_file(wheel),
           'files': {f: {'pristine': h[0], 'after_patch': list(h[1:])}
                     for f, h in states.items()}}
+      superseded = _superseded(old_versions.get(version, {}), states)
+      if superseded:
+        sout['versions'][version]['superseded'] = superseded
     out['series'][sname] = sout
   seen: dict[str, str] = {}
   for sname, sout in out['series'].items():

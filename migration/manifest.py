@@ -11,7 +11,10 @@ The manifest names the jax versions each series serves and, per version, the
 sha256 of every file the series touches: pristine (from the released wheel)
 and after each prefix of the series (after patch 1, after patches 1..2, ...),
 and which patches a release already contains upstream (skipped there). A
-hash of None means the file does not exist in that state.
+hash of None means the file does not exist in that state. ``superseded``
+lists, per version and file, the sha256 of the file as earlier releases of
+this project patched it where the series has changed since, so that an
+install patched by one is updated rather than refused as locally modified.
 """
 
 from __future__ import annotations
@@ -58,12 +61,17 @@ class Series:
       after the first ``k`` patches (``hashes[0]`` is pristine).
     upstream: version -> names of the patches that release already contains
       (they are skipped there: the hash after them is unchanged).
+    superseded: version -> file path -> the sha256 of the file fully patched
+      by an earlier release of this project's series, where it differs from
+      every state in ``hashes``.
   """
   name: str
   directory: str
   patches: tuple[Patch, ...]
   hashes: dict[str, dict[str, tuple[str | None, ...]]]
   upstream: dict[str, tuple[str, ...]] = dataclasses.field(
+      default_factory=dict)
+  superseded: dict[str, dict[str, frozenset[str]]] = dataclasses.field(
       default_factory=dict)
 
   def to_apply(self, version: str) -> list[Patch]:
@@ -264,6 +272,20 @@ def _check_hashes(hashes: object, n: int, what: str) -> tuple:
   return hashes
 
 
+def _check_superseded(raw: object, what: str) -> dict[str, frozenset[str]]:
+  """Checks a version's ``superseded`` map: file path -> list of sha256."""
+  if not isinstance(raw, dict):
+    raise errors.PatchDataError(f'{what}: malformed superseded hashes.')
+  out = {}
+  for f, hashes in raw.items():
+    if not isinstance(hashes, list) or not all(
+        isinstance(h, str) and re.fullmatch(r'[0-9a-f]{64}', h)
+        for h in hashes):
+      raise errors.PatchDataError(f'{what}: malformed superseded hashes.')
+    out[fsutil.check_relpath(f, what)] = frozenset(hashes)
+  return out
+
+
 def load(patches_dir: str) -> Manifest:
   """Loads the manifest and checks it against the patch files on disk.
 
@@ -338,8 +360,11 @@ def _parse(raw: dict, patches_dir: str, path: str,
           for f, h in vraw['files'].items()}
     upstream = {v: tuple(_check_name(n, path) for n in vraw.get('upstream', ()))
                 for v, vraw in sraw['versions'].items()}
+    superseded = {
+        v: _check_superseded(vraw.get('superseded', {}), f'{path}: {v}')
+        for v, vraw in sraw['versions'].items()}
     series[sname] = Series(sname, directory, tuple(patches), hashes,
-                           upstream)
+                           upstream, superseded)
   release = raw['release']
   if not isinstance(release, int) or isinstance(release, bool):
     raise ValueError(f'release {release!r} is not a number')

@@ -279,7 +279,8 @@ def make(command: str, before: state.Status, sdir: str, release: int,
   # they are not, jax was reinstalled since, and what that apply set aside
   # belongs to the replaced install: never carried over or restored.
   if before.overall not in (state.Overall.PATCHED,
-                            state.Overall.PARTLY_PATCHED):
+                            state.Overall.PARTLY_PATCHED,
+                            state.Overall.OUTDATED):
     rec = None
   old = {f.path: read(env.path(f.path)) for f in before.files}
   modified = before.overall in (state.Overall.LOCALLY_MODIFIED,
@@ -300,9 +301,14 @@ def make(command: str, before: state.Status, sdir: str, release: int,
     status = dataclasses.replace(before, applied=0)
     aside = {f.path: old[f.path] for f in before.files
              if not f.applied and f.sha256 is not None}
+  elif before.overall == state.Overall.OUTDATED:
+    # Patched by an earlier release: start again from the released files
+    # (nothing is set aside; the earlier patches are replaced).
+    backup = start = _pristine_contents(env, before.series, sdir, wheel_dirs)
+    status = dataclasses.replace(before, applied=0)
   elif command == 'apply' and before.overall == state.Overall.PRISTINE:
     backup = old
-  elif command == 'revert':
+  if command == 'revert' and not modified:
     restore = _restore_displaced(env, sdir, rec)
   new, skipped = _stage(env, status, command, start, restore)
   displaced = {p: manifest_lib.sha256_bytes(data) or ''

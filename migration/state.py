@@ -35,6 +35,8 @@ class Overall(enums.StrEnum):
   PARTLY_PATCHED = 'partly patched'
   LOCALLY_MODIFIED = 'locally modified'
   MIXED = 'mixed'  # Known states, but at different points of the series.
+  # Patched by an earlier release of this project, whose series has changed.
+  OUTDATED = 'patched by an earlier release'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,16 +50,21 @@ class FileState:
       pristine); empty if the hash is unknown (locally modified).
     total: number of patches in the series.
     record_sha256: the hash in jax's RECORD, if listed.
+    earlier: whether the hash is of the file as an earlier release of this
+      project patched it (the manifest's ``superseded``).
   """
   path: str
   sha256: str | None
   applied: tuple[int, ...]
   total: int
   record_sha256: str | None
+  earlier: bool = False
 
   @property
   def label(self) -> str:
     if not self.applied:
+      if self.earlier:
+        return 'patched by an earlier release'
       return 'locally modified' if self.sha256 else 'missing'
     if 0 in self.applied:
       return 'pristine'
@@ -97,7 +104,7 @@ class Status:
     return len(self.series.patches) if self.series else 0
 
   def modified_files(self) -> list[str]:
-    return [f.path for f in self.files if not f.applied]
+    return [f.path for f in self.files if not f.applied and not f.earlier]
 
 
 def _patch_states(env: environment.Environment, series: manifest_lib.Series,
@@ -174,7 +181,8 @@ def classify(env: environment.Environment,
   patches = ()
   if status.series is not None and status.overall != Overall.UNSUPPORTED:
     patches = _patch_states(env, status.series, status.applied)
-  patched = status.overall in (Overall.PATCHED, Overall.PARTLY_PATCHED)
+  patched = status.overall in (Overall.PATCHED, Overall.PARTLY_PATCHED,
+                               Overall.OUTDATED)
   try:
     rec = record_lib.find(env, patched)
   except errors.MigrationError:
@@ -205,12 +213,14 @@ def _classify(env: environment.Environment,
     return Status(env, Overall.UNSUPPORTED,
                   manifest.not_served_message(env.jax_version))
   hashes = series.hashes[env.jax_version]
+  superseded = series.superseded.get(env.jax_version, {})
   n = len(series.patches)
   files = []
   for path, states in hashes.items():
     current = manifest_lib.sha256_path(env.path(path))
     applied = tuple(k for k, h in enumerate(states) if h == current)
-    files.append(FileState(path, current, applied, n, env.record.get(path)))
+    files.append(FileState(path, current, applied, n, env.record.get(path),
+                           current in superseded.get(path, ())))
   wheel = env.wheel_release is not None
   for f in files:
     released = hashes[f.path][n if wheel else 0]
@@ -222,6 +232,13 @@ def _classify(env: environment.Environment,
                     f'RECORD lists sha256 {f.record_sha256} for {f.path}, '
                     f'expected {released}.', series, None, tuple(files),
                     wheel=wheel)
+  earlier = [f.path for f in files if not f.applied and f.earlier]
+  if earlier and all(f.earlier or f.applied for f in files):
+    return Status(env, Overall.OUTDATED,
+                  f'jax {env.jax_version} is patched by an earlier release of '
+                  f'this project ({", ".join(earlier)}): apply updates it to '
+                  f'{series.name} ({n}/{n}), revert restores the released '
+                  'files.', series, None, tuple(files), wheel=wheel)
   modified = [f.path for f in files if not f.applied]
   if modified:
     return Status(env, Overall.LOCALLY_MODIFIED,

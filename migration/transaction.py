@@ -437,7 +437,8 @@ def _legacy_claims(status: state.Status) -> tuple[bool, bool]:
   """The state files of an older release this install owns (``statedir``)."""
   env = status.env
   patched = status.overall in (state.Overall.PATCHED,
-                               state.Overall.PARTLY_PATCHED)
+                               state.Overall.PARTLY_PATCHED,
+                               state.Overall.OUTDATED)
   return statedir.legacy_claims(
       env, patched, lambda data: journal_lib.temp_paths(data, env))
 

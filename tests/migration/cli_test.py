@@ -561,6 +561,59 @@ class MigrationCliTest(absltest.TestCase):
     self.run_tool('revert', flag)
     self.assertEqual(self.snapshot(), released)
 
+  def test_install_patched_by_an_earlier_release_is_updated(self):
+    # An earlier release of this project served VERSION with a series one of
+    # whose patches added a comment line worded otherwise; jax was patched
+    # with it. The manifest generated since from today's series keeps that
+    # release's hashes (superseded): status says so, apply updates the files
+    # to today's series, revert restores the released ones.
+    patches = os.path.join(self.root, 'earlier-patches')
+    shutil.rmtree(patches, ignore_errors=True)
+    os.makedirs(patches)
+    shutil.copy(os.path.join(PATCHES, manifest_lib.MANIFEST), patches)
+    directory = os.path.join(patches, self.series.name)
+    shutil.copytree(self.series.directory, directory)
+    texts = []
+    for p in self.series.patches:
+      with open(p.path, encoding='utf-8') as f:
+        texts.append(f.read())
+    # The last comment line a patch adds that no later patch has as context.
+    k, line = next(
+        (k, x) for k in reversed(range(len(texts)))
+        for x in texts[k].splitlines()
+        if x.startswith('+') and x[1:].lstrip().startswith('# ')
+        and not any(x[1:] in t for t in texts[k + 1:]))
+    edited = os.path.join(directory, self.series.patches[k].name)
+    with open(edited, 'w', encoding='utf-8') as f:
+      f.write(texts[k].replace(line, line + ' (earlier wording)', 1))
+    serve = {self.series.name: [VERSION]}
+    manifest_gen.generate(patches, serve=serve)
+    flag = f'--patches_dir={patches}'
+    self.run_tool('apply', flag)
+    earlier = self.snapshot()
+    shutil.copy(self.series.patches[k].path, edited)
+    manifest_gen.generate(patches, serve=serve)
+    self.assertEqual(
+        self.status_json()['state'], 'locally modified',
+        'the stock manifest, generated before, does not know that release')
+    data = json.loads(self.run_tool('status', '--json', flag).stdout)
+    self.assertEqual(data['state'], 'patched by an earlier release')
+    changed = [f['path'] for f in data['files']
+               if f['state'] == 'patched by an earlier release']
+    self.assertEqual(changed, [f for f in self.files
+                               if b'(earlier wording)' in earlier[f]])
+    result = json.loads(self.run_tool('apply', flag, '--json').stdout)
+    self.assertEqual(result['after']['state'], 'patched')
+    self.assertEqual(result['after']['applied'], len(self.series.patches))
+    self.assertEqual(self.status_json()['state'], 'patched')
+    self.assertNotEqual(self.snapshot(), earlier)
+    # From the earlier release's files again, revert gives the released ones.
+    for f, content in earlier.items():
+      with open(self.path(f), 'wb') as out:
+        out.write(content)
+    self.run_tool('revert', flag)
+    self.assertPristine()
+
   def test_check_installed_version(self):
     data = json.loads(self.run_tool('check', '--json').stdout)
     self.assertTrue(data['ok'])
