@@ -296,16 +296,14 @@ def make(command: str, before: state.Status, sdir: str, release: int,
   restore: dict[str, bytes | None] = {}
   backup = None
   start, status = old, before
-  if modified:
+  if modified or before.overall == state.Overall.OUTDATED:
+    # Start from the released files. Locally modified ones are set aside; the
+    # files of an earlier release's patches are simply replaced.
     backup = start = _pristine_contents(env, before.series, sdir, wheel_dirs)
     status = dataclasses.replace(before, applied=0)
-    aside = {f.path: old[f.path] for f in before.files
-             if not f.applied and f.sha256 is not None}
-  elif before.overall == state.Overall.OUTDATED:
-    # Patched by an earlier release: start again from the released files
-    # (nothing is set aside; the earlier patches are replaced).
-    backup = start = _pristine_contents(env, before.series, sdir, wheel_dirs)
-    status = dataclasses.replace(before, applied=0)
+    if modified:
+      aside = {f.path: old[f.path] for f in before.files
+               if not f.applied and f.sha256 is not None}
   elif command == 'apply' and before.overall == state.Overall.PRISTINE:
     backup = old
   if command == 'revert' and not modified:

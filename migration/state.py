@@ -103,9 +103,6 @@ class Status:
   def total(self) -> int:
     return len(self.series.patches) if self.series else 0
 
-  def modified_files(self) -> list[str]:
-    return [f.path for f in self.files if not f.applied and not f.earlier]
-
 
 def _patch_states(env: environment.Environment, series: manifest_lib.Series,
                   applied: int | None) -> tuple[PatchState, ...]:

@@ -18,7 +18,6 @@ To work around https://github.com/jax-ml/jax/issues/25671 , this file
 contains only tests that use shard_map.
 """
 
-import contextlib
 import sys
 
 from absl.testing import absltest
@@ -161,17 +160,6 @@ class InterpretSemaphoreDistributedTest(test_util.InterpretDistributedTestCase):
     np.testing.assert_array_equal(counts, expected.reshape(-1))
 
 
-@contextlib.contextmanager
-def _switch_threads_often():
-  """Makes Python switch threads as often as it can (`sys.setswitchinterval`)."""
-  interval = sys.getswitchinterval()
-  sys.setswitchinterval(1e-6)
-  try:
-    yield
-  finally:
-    sys.setswitchinterval(interval)
-
-
 @jtu.thread_unsafe_test_class()
 class InterpretSemaphoreReadLockOrderTest(
     test_util.InterpretDistributedTestCase
@@ -230,9 +218,10 @@ class InterpretSemaphoreReadLockOrderTest(
     )
     # Device 0 reads counts that stay 0, once per loop step.
     expected = np.array([num_reads, 1, 2, 3])
-    with _switch_threads_often():
-      for _ in range(100):
-        np.testing.assert_array_equal(jax.block_until_ready(run()), expected)
+    self.addCleanup(sys.setswitchinterval, sys.getswitchinterval())
+    sys.setswitchinterval(1e-6)
+    for _ in range(100):
+      np.testing.assert_array_equal(jax.block_until_ready(run()), expected)
 
 
 if __name__ == '__main__':
