@@ -137,6 +137,7 @@ _SPARSECORE_LOWERING = 'tpu_pallas_interpret_sparsecore_lowering_test.py'
 _CORE_MEMORY_SPACE = 'tpu_pallas_interpret_core_memory_space_test.py'
 _SPARSECORE_SCAN_COUNT = 'tpu_pallas_interpret_sparsecore_scan_count_test.py'
 _POISON_BUFFERS = 'tpu_pallas_interpret_poison_buffers_test.py'
+_CALLBACK_ARGS = 'tpu_pallas_interpret_callback_args_test.py'
 
 
 def _tests(file: str, name: str,
@@ -291,6 +292,10 @@ CHANGES = (
     Change(
         prefix='0030',
         tests=_tests(_POISON_BUFFERS, 'InterpretPoisonBuffersTest'),
+    ),
+    Change(
+        prefix='0031',
+        tests=_tests(_CALLBACK_ARGS, 'InterpretCallbackArgsTest'),
     ),
 )
 

@@ -70,19 +70,27 @@ _callbacks_run = [0]
 
 
 def _install_callback_counter() -> None:
-  """Wraps jax's `io_callback_impl`, which runs every io_callback."""
+  """Wraps the functions that run every callback of the interpreter.
+
+  jax's `io_callback_impl` runs every io_callback; the series' patch that
+  passes NumPy arrays to the interpreter's callbacks runs them in
+  `interpret_utils.interpret_callback_impl` instead.
+  """
   from jax._src import callback  # pylint: disable=g-import-not-at-top
-  if getattr(callback.io_callback_impl, 'counting', False):
-    return
-  impl = callback.io_callback_impl
+  from jax._src.pallas.mosaic.interpret import utils  # pylint: disable=g-import-not-at-top
+  for module, name in ((callback, 'io_callback_impl'),
+                       (utils, 'interpret_callback_impl')):
+    impl = getattr(module, name, None)
+    if impl is None or getattr(impl, 'counting', False):
+      continue
 
-  def counting_impl(*args, **kwargs):
-    with _callbacks_lock:
-      _callbacks_run[0] += 1
-    return impl(*args, **kwargs)
+    def counting_impl(*args, impl=impl, **kwargs):
+      with _callbacks_lock:
+        _callbacks_run[0] += 1
+      return impl(*args, **kwargs)
 
-  counting_impl.counting = True
-  callback.io_callback_impl = counting_impl
+    counting_impl.counting = True
+    setattr(module, name, counting_impl)
 
 
 def count_callbacks(fns: dict[str, Callable[[], Any]]) -> dict[str, int]:

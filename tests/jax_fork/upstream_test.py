@@ -180,13 +180,31 @@ pytype_strict_library(
 ''',
     'jax/_src/BUILD': '''\
 pytype_strict_library(
+    name = "api",
+    srcs = [
+        "api.py",
+        "dispatch.py",
+    ],
+)
+
+pytype_strict_library(
     name = "api_util",
     srcs = ["api_util.py"],
 )
 
 pytype_strict_library(
+    name = "callback",
+    srcs = ["callback.py"],
+)
+
+pytype_strict_library(
     name = "checkify",
     srcs = ["checkify.py"],
+)
+
+pytype_strict_library(
+    name = "config",
+    srcs = ["config.py"],
 )
 
 pytype_strict_library(
@@ -197,6 +215,16 @@ pytype_strict_library(
 pytype_strict_library(
     name = "flattree",
     srcs = ["flattree.py"],
+)
+
+pytype_strict_library(
+    name = "mesh",
+    srcs = ["mesh.py"],
+)
+
+pytype_strict_library(
+    name = "mlir",
+    srcs = ["interpreters/mlir.py"],
 )
 
 pytype_strict_library(
@@ -213,6 +241,11 @@ pytype_strict_library(
 )
 
 pytype_strict_library(
+    name = "sharding_impls",
+    srcs = ["sharding_impls.py"],
+)
+
+pytype_strict_library(
     name = "source_info_util",
     srcs = ["source_info_util.py"],
     deps = [
@@ -226,6 +259,18 @@ pytype_strict_library(
         "state/__init__.py",
         "state/indexing.py",
         "state/types.py",
+    ],
+)
+
+pytype_strict_library(
+    name = "tree_util",
+    srcs = ["tree_util.py"],
+)
+
+pytype_strict_library(
+    name = "xla_bridge",
+    srcs = [
+        "xla_bridge.py",
     ],
 )
 ''',
@@ -362,7 +407,7 @@ class UpstreamExportTest(absltest.TestCase):
     self.assertLen(patches, len(to_export))
     self.assertEqual([p.name[:4] for p in to_export],
                      [c.prefix for c in upstream.CHANGES])
-    self.assertLen(to_export, 30)
+    self.assertLen(to_export, 31)
     for patch, written in zip(to_export, patches):
       self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
       self.assertTrue(os.path.exists(written[:-len('.patch')] + '.md'))
@@ -615,7 +660,14 @@ class UpstreamExportTest(absltest.TestCase):
             '        "//jax/_src:state_types",\n'
             '        "//jax/_src/pallas",\n').replace(
             '        "//jax/_src:core",\n',
-            '        "//jax/_src:core",\n        "//jax/_src:dtypes",\n'),
+            '        "//jax/_src:api",\n        "//jax/_src:callback",\n'
+            '        "//jax/_src:config",\n        "//jax/_src:core",\n'
+            '        "//jax/_src:dtypes",\n        "//jax/_src:mesh",\n'
+            '        "//jax/_src:mlir",\n        "//jax/_src:sharding_impls",\n'
+            ).replace(
+            '        "//jax/_src:util",\n',
+            '        "//jax/_src:tree_util",\n        "//jax/_src:util",\n'
+            '        "//jax/_src:xla_bridge",\n'),
         'tests/pallas/BUILD': tests.replace(
             '        "//jax/experimental:pallas_tpu",\n    ] + py_deps([\n'
             '        "absl/testing",\n        "numpy",\n    ]),\n)\n\n'

@@ -60,7 +60,7 @@ class InterpretStepCopyTest(test_util.InterpretTestCase):
   def _count_input_copies(self):
     """Counts the io_callbacks that copy input blocks, and the blocks copied.
 
-    Wraps `io_callback_impl`, which runs every io_callback, and the
+    Wraps the function that runs every callback of the interpreter, and the
     interpreter's `copy_block`. Yields a dict whose entries, after the block,
     are `callbacks`: the io_callbacks that ran `copy_block` of an input
     block on their thread, and `blocks`: the input blocks copied.
@@ -69,8 +69,10 @@ class InterpretStepCopyTest(test_util.InterpretTestCase):
       The counts.
     """
     counts = {'callbacks': 0, 'blocks': 0}
-    callback_module = mosaic_interpret.callback
-    saved_impl = callback_module.io_callback_impl
+    module, name = mosaic_interpret.interpret_utils, 'interpret_callback_impl'
+    if not hasattr(module, name):  # Before the callbacks got NumPy arrays.
+      module, name = jax._src.callback, 'io_callback_impl'
+    saved_impl = getattr(module, name)
     saved_copy_block = mosaic_interpret.copy_block
     lock = threading.Lock()
     # The input blocks copied on each thread (the cores run on threads).
@@ -91,12 +93,12 @@ class InterpretStepCopyTest(test_util.InterpretTestCase):
           counts['blocks'] += 1
       return saved_copy_block(*args, **kwargs)
 
-    callback_module.io_callback_impl = impl
+    setattr(module, name, impl)
     mosaic_interpret.copy_block = copy_block
     try:
       yield counts
     finally:
-      callback_module.io_callback_impl = saved_impl
+      setattr(module, name, saved_impl)
       mosaic_interpret.copy_block = saved_copy_block
 
   @parameterized.parameters(False, True)
