@@ -49,7 +49,8 @@ class InterpretCallbackArgsTest(test_util.InterpretTestCase):
   def setUp(self):
     super().setUp()
     # Older jax releases: begin.
-    if not hasattr(mosaic_interpret.interpret_utils, 'io_callback'):
+    utils = getattr(mosaic_interpret, 'interpret_utils', None)
+    if not hasattr(utils, 'io_callback'):
       self.skipTest(
           'jax 0.10.x and older: their series have no NumPy callback patch'
       )
