@@ -158,7 +158,9 @@ def overhead(stock: Sequence[Result], patched: Sequence[Result],
       'the same ratio for each pair of processes (range). medians, wall: '
       'ratio of the medians of all calls, CPU and wall time (noisier: other '
       'jobs share the machine). callbacks: io_callbacks one call runs, '
-      'stock:patched, counted exactly (jax io_callback_impl wrapped).')
+      'stock:patched, counted exactly (the functions that run them '
+      'wrapped: jax io_callback_impl, and the series\' '
+      'interpret_callback_impl where the patched jax has it).')
   fig.lines.append(
       'sparsecore_gather runs on a 1 x 1 SparseCore mesh: stock interpret '
       'mode runs only subcore 0 of a SparseCore mesh (patch 0007 runs every '
@@ -570,7 +572,7 @@ def callback_profile(result: Result) -> Figure:
         f'{name}: {1e6 * cpu / n:.0f} us CPU per step profiled '
         f'({1e6 * profile["cpu_bare"] / n:.0f} us without the profiler), '
         f'{count / n:.2f} callbacks per step, {1e6 * impl_total / n:.0f} us '
-        'of it in io_callback_impl')
+        'of it in the callbacks')
     fig.lines.append(
         f'  {"callback":34s} {"per step":>8s} {"us/call":>7s} '
         f'{"in fn":>6s} {"dev_put":>7s} {"us/step":>7s} {"share":>6s}')
@@ -603,13 +605,16 @@ def callback_profile(result: Result) -> Figure:
   fig.lines.append(
       f'{calls} calls per kernel after a warm one, one process, pinned. per '
       'step: callbacks of that kind per grid step; us/call: CPU time of the '
-      'thread per call of io_callback_impl (jax.device_put of the arguments, '
-      'the function, np.asarray of the results); in fn: of which in the '
+      'thread per call of the function that runs the callback (jax '
+      'io_callback_impl: jax.device_put of the arguments, the function, '
+      'np.asarray of the results; the series\' interpret_callback_impl: '
+      'the same without jax.device_put); in fn: of which in the '
       'interpreter\'s function; dev_put: of which in jax.device_put; '
       'us/step: per grid step; share: of the process CPU time of the calls. '
       'A block copy is a get and a store; output blocks are copied out when '
       'their index changes, and once more at the end (output). Other rows: '
       'the interpreter function of that name, once per call or per device. '
-      'Counted by wrapping jax._src.callback.io_callback_impl and '
+      'Counted by wrapping jax._src.callback.io_callback_impl, the '
+      'series\' interpret_utils.interpret_callback_impl and '
       'jax._src.api.device_put in the benchmark process.')
   return fig

@@ -69,19 +69,27 @@ _callbacks_lock = threading.Lock()
 _callbacks_run = [0]
 
 
-def _install_callback_counter() -> None:
-  """Wraps the functions that run every callback of the interpreter.
+def callback_runners() -> list[tuple[object, str]]:
+  """The functions that run the interpreter's callbacks, as (module, name).
 
   jax's `io_callback_impl` runs every io_callback; the series' patch that
   passes NumPy arrays to the interpreter's callbacks runs them in
-  `interpret_utils.interpret_callback_impl` instead.
+  `interpret_utils.interpret_callback_impl` instead. Only the functions that
+  the installed jax has are listed.
   """
   from jax._src import callback  # pylint: disable=g-import-not-at-top
   from jax._src.pallas.mosaic.interpret import utils  # pylint: disable=g-import-not-at-top
-  for module, name in ((callback, 'io_callback_impl'),
-                       (utils, 'interpret_callback_impl')):
-    impl = getattr(module, name, None)
-    if impl is None or getattr(impl, 'counting', False):
+  return [(module, name)
+          for module, name in ((callback, 'io_callback_impl'),
+                               (utils, 'interpret_callback_impl'))
+          if hasattr(module, name)]
+
+
+def _install_callback_counter() -> None:
+  """Wraps the functions that run every callback (`callback_runners`)."""
+  for module, name in callback_runners():
+    impl = getattr(module, name)
+    if getattr(impl, 'counting', False):
       continue
 
     def counting_impl(*args, impl=impl, **kwargs):

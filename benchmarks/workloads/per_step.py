@@ -287,20 +287,19 @@ def _add_thread_time(slot: int, fn, *args, **kwargs):
 
 
 def _install_profiler() -> None:
-  """Wraps jax's `io_callback_impl` and the series' `interpret_callback_impl`.
+  """Wraps the functions that run the interpreter's callbacks.
 
-  They run every callback of the interpreter. Per call, it records the
-  callback's name and three CPU times of the thread that runs it
-  (`time.thread_time`): of the wrapped function as a whole, of the
-  interpreter's function alone, and of `jax.device_put` of the arguments
-  inside it (none in `interpret_callback_impl`; the rest is `np.asarray` of
-  the results and the context managers). What XLA spends to leave and
+  Those are `_common.callback_runners()`: jax's `io_callback_impl` and the
+  series' `interpret_callback_impl`. Per call, it records the callback's
+  name and three CPU times of the thread that runs it (`time.thread_time`):
+  of the wrapped function as a whole, of the interpreter's function alone,
+  and of `jax.device_put` of the arguments inside it (none in
+  `interpret_callback_impl`; the rest is `np.asarray` of the results and,
+  where they are entered, the context managers). What XLA spends to leave and
   re-enter compiled code around a callback is in none of them: it is the
   call's CPU time less the sum of the first.
   """
   from jax._src import api  # pylint: disable=g-import-not-at-top
-  from jax._src import callback  # pylint: disable=g-import-not-at-top
-  from jax._src.pallas.mosaic.interpret import utils  # pylint: disable=g-import-not-at-top
   device_put = api.device_put
   timed_callbacks = {}  # id(_FlatCallback) -> (it, its timed copy).
 
@@ -335,11 +334,8 @@ def _install_profiler() -> None:
           entry[1 + i] += t
 
   api.device_put = timed_device_put
-  callback.io_callback_impl = profiling(callback.io_callback_impl)
-  # The series' patch that passes NumPy arrays to the interpreter's callbacks
-  # runs them here, without `device_put`.
-  if hasattr(utils, 'interpret_callback_impl'):
-    utils.interpret_callback_impl = profiling(utils.interpret_callback_impl)
+  for module, name in _common.callback_runners():
+    setattr(module, name, profiling(getattr(module, name)))
 
 
 def profile_callbacks(fns: dict[str, Callable[[], object]],
