@@ -138,6 +138,7 @@ _CORE_MEMORY_SPACE = 'tpu_pallas_interpret_core_memory_space_test.py'
 _SPARSECORE_SCAN_COUNT = 'tpu_pallas_interpret_sparsecore_scan_count_test.py'
 _POISON_BUFFERS = 'tpu_pallas_interpret_poison_buffers_test.py'
 _CALLBACK_ARGS = 'tpu_pallas_interpret_callback_args_test.py'
+_TRANSFORMS_TO_INTS = 'tpu_pallas_interpret_transforms_to_ints_test.py'
 
 
 def _tests(file: str, name: str,
@@ -296,6 +297,10 @@ CHANGES = (
     Change(
         prefix='0031',
         tests=_tests(_CALLBACK_ARGS, 'InterpretCallbackArgsTest'),
+    ),
+    Change(
+        prefix='0032',
+        tests=_tests(_TRANSFORMS_TO_INTS, 'InterpretTransformsToIntsTest'),
     ),
 )
 

@@ -281,6 +281,38 @@ class InterpretSemaphoreOutputTest(test_util.InterpretTestCase):
     ):
       run.lower()
 
+  @parameterized.parameters('input', 'output')
+  def test_int32_array_in_semaphore_memory_is_not_implemented(self, operand):
+    # Mosaic lowers it, but the interpreter keeps only semaphores in
+    # SEMAPHORE memory.
+    x = jnp.arange(8 * 128, dtype=jnp.int32).reshape((8, 128))
+    if operand == 'input':
+      def kernel(x_ref, o_ref):
+        del x_ref
+        o_ref[...] = jnp.zeros_like(o_ref)
+
+      run = pl.pallas_call(
+          kernel,
+          out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+          in_specs=[pl.BlockSpec(memory_space=pltpu.SEMAPHORE)],
+          interpret=pltpu.InterpretParams(),
+      )
+    else:
+      def kernel(x_ref, o_ref):
+        pltpu.sync_copy(x_ref, o_ref)
+
+      run = pl.pallas_call(
+          kernel,
+          out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+          in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+          out_specs=pl.BlockSpec(memory_space=pltpu.SEMAPHORE),
+          interpret=pltpu.InterpretParams(),
+      )
+    with self.assertRaisesRegex(
+        NotImplementedError, 'dtype int32 in SEMAPHORE memory'
+    ):
+      run(x)
+
 
 if __name__ == '__main__':
   absltest.main(testLoader=jtu.JaxTestLoader())
