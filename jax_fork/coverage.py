@@ -137,10 +137,27 @@ def _read(log: str) -> tuple[list[str], dict[str, list[dict]]]:
   return started, records
 
 
+def _fail(log: str, test: str, error: str, message: str) -> None:
+  """Records in the plugin's ``log`` that ``test`` failed with ``error``."""
+  with open(log, 'a', encoding='utf-8') as f:
+    f.write(json.dumps({'nodeid': test, 'when': 'call', 'outcome': 'failed',
+                        'error': error, 'message': message}) + '\n')
+
+
+def _exclude(exclude: str, started: list[str],
+             env: dict[str, str]) -> set[str]:
+  """Has the next run of the file skip the ``started`` tests; returns them."""
+  with open(exclude, 'w', encoding='utf-8') as f:
+    f.write('\n'.join(started))
+  env['JAX_FORK_COVERAGE_EXCLUDE'] = exclude
+  return set(started)
+
+
 def _run_file(python: str, jax_repo: str, path: str, env: dict[str, str],
               args: list[str], timeout: float, grace: float,
               work: str) -> list[Outcome]:
-  """Runs one test file, again without the tests reached after a kill."""
+  """Runs one test file, again without the tests reached after a kill or a
+  crash."""
   log = os.path.join(work, 'log.jsonl')
   exclude = os.path.join(work, 'exclude')
   stderr_path = os.path.join(work, 'stderr')
@@ -174,15 +191,9 @@ def _run_file(python: str, jax_repo: str, path: str, env: dict[str, str],
         raise errors.EnvironmentProblem(
             f'pytest ran no test of {path} in {STARTUP_S} s with {python}.')
       if started[-1] not in records:
-        with open(log, 'a', encoding='utf-8') as f:
-          f.write(json.dumps({
-              'nodeid': started[-1], 'when': 'call', 'outcome': 'failed',
-              'error': 'killed',
-              'message': f'hang: killed after {timeout + grace:g} s'}) + '\n')
-      excluded = set(started)
-      with open(exclude, 'w', encoding='utf-8') as f:
-        f.write('\n'.join(started))
-      env['JAX_FORK_COVERAGE_EXCLUDE'] = exclude
+        _fail(log, started[-1], 'killed',
+              f'hang: killed after {timeout + grace:g} s')
+      excluded = _exclude(exclude, started, env)
       break
     else:
       started, records = _read(log)
@@ -192,6 +203,18 @@ def _run_file(python: str, jax_repo: str, path: str, env: dict[str, str],
         raise errors.EnvironmentProblem(
             f'pytest could not run {path} with {python} (exit code '
             f'{proc.returncode}): {stderr}')
+      if (proc.returncode not in (0, 1, 5) and started
+          and started[-1] not in records):
+        # The process died in a test (e.g. SIGABRT from XLA): that test
+        # failed, and the file runs again without the tests reached.
+        code = proc.returncode
+        try:
+          died = f'signal {signal.Signals(-code).name}'
+        except ValueError:
+          died = f'exit code {code}'
+        _fail(log, started[-1], 'crashed', f'the test process died ({died})')
+        excluded = _exclude(exclude, started, env)
+        continue
       return [Outcome(path, test, *classify(rs),
                       seconds=round(sum(r.get('duration', 0) for r in rs), 2))
               for test, rs in records.items()]

@@ -3,9 +3,9 @@
 The fake checkout holds two test files under tests/pallas whose tests pass,
 skip, fail (twice for one cause), check the lowered kernel (hardware-only),
 time out (the timeout is 15 s, so that interpreting the first kernel on a
-busy machine does not time out), and hang where the timeout's signal cannot
-reach them; the jax that runs them is this Python's. No upstream mirror is
-needed.
+busy machine does not time out), hang where the timeout's signal cannot
+reach them, and kill the test process; the jax that runs them is this
+Python's. No upstream mirror is needed.
 """
 
 import json
@@ -24,6 +24,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
 _MAIN_FILE = textwrap.dedent('''\
+    import os
     import signal
     import time
     import unittest
@@ -144,6 +145,9 @@ _MAIN_FILE = textwrap.dedent('''\
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
         time.sleep(600)
 
+      def test_ia_crashes(self):
+        os.abort()
+
       def test_j_after_the_hang(self):
         pass
 ''')
@@ -208,15 +212,17 @@ class CoverageTest(absltest.TestCase):
                                    'rtol=Ne-N, atol=N'),
         'test_h_slow': ('timed out', 'the test ran longer than 15 s'),
         'test_i_hangs': ('timed out', 'hang: killed after 18 s'),
+        'test_ia_crashes': (
+            'failed', 'crashed: the test process died (signal SIGABRT)'),
         'test_j_after_the_hang': ('passed', ''),
         'test_passes': ('passed', ''),
     })
 
   def test_tables(self):
     self.assertEqual(coverage.file_rows(self.outcomes), [
-        {'file': 'tests/pallas/tpu_fake_test.py', 'total': 15, 'passed': 6,
-         'skipped': 1, 'hardware-only': 2, 'failed': 4, 'timed out': 2,
-         'pass_rate': 50.0},
+        {'file': 'tests/pallas/tpu_fake_test.py', 'total': 16, 'passed': 6,
+         'skipped': 1, 'hardware-only': 2, 'failed': 5, 'timed out': 2,
+         'pass_rate': 46.2},
         {'file': 'tests/pallas/tpu_other_test.py', 'total': 1, 'passed': 1,
          'skipped': 0, 'hardware-only': 0, 'failed': 0, 'timed out': 0,
          'pass_rate': 100.0}])
@@ -225,17 +231,17 @@ class CoverageTest(absltest.TestCase):
         'status': 'failed', 'tests': 2, 'files': ['tpu_fake_test.py'],
         'cause': 'NotImplementedError: nan + dma_sem at <address> N',
         'example': 'tests/pallas/tpu_fake_test.py::FakeTest::test_e_gap'})
-    self.assertLen(causes, 7)
+    self.assertLen(causes, 8)
     text = coverage.table_text(self.outcomes).splitlines()
     self.assertEqual(text[:4], [
         'file               total  passed  skipped  hw-only  failed  '
         'timed out  pass rate',
-        'tpu_fake_test.py      15       6        1        2       4  '
-        '        2      50.0%',
+        'tpu_fake_test.py      16       6        1        2       5  '
+        '        2      46.2%',
         'tpu_other_test.py      1       1        0        0       0  '
         '        0     100.0%',
-        'total                 16       7        1        2       4  '
-        '        2      53.8%'])
+        'total                 17       7        1        2       5  '
+        '        2      50.0%'])
     self.assertIn('    2  failed         NotImplementedError: nan + dma_sem '
                   'at <address> N (tpu_fake_test.py)', text)
 
