@@ -139,6 +139,10 @@ _SPARSECORE_SCAN_COUNT = 'tpu_pallas_interpret_sparsecore_scan_count_test.py'
 _POISON_BUFFERS = 'tpu_pallas_interpret_poison_buffers_test.py'
 _CALLBACK_ARGS = 'tpu_pallas_interpret_callback_args_test.py'
 _TRANSFORMS_TO_INTS = 'tpu_pallas_interpret_transforms_to_ints_test.py'
+_IN_PLACE_REF = 'tpu_pallas_interpret_in_place_ref_test.py'
+_PACK_ELEMENTWISE = 'tpu_pallas_interpret_pack_elementwise_test.py'
+_REGULAR_SEMAPHORE_DMA = (
+    'tpu_pallas_interpret_regular_semaphore_dma_test.py')
 
 
 def _tests(file: str, name: str,
@@ -301,6 +305,19 @@ CHANGES = (
     Change(
         prefix='0032',
         tests=_tests(_TRANSFORMS_TO_INTS, 'InterpretTransformsToIntsTest'),
+    ),
+    Change(
+        prefix='0033',
+        tests=_tests(_IN_PLACE_REF, 'InterpretInPlaceRefTest'),
+    ),
+    Change(
+        prefix='0034',
+        tests=_tests(_PACK_ELEMENTWISE, 'InterpretPackElementwiseTest'),
+    ),
+    Change(
+        prefix='0035',
+        tests=_tests(_REGULAR_SEMAPHORE_DMA,
+                     'InterpretRegularSemaphoreDmaTest'),
     ),
 )
 

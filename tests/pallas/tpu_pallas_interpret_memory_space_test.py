@@ -90,38 +90,5 @@ class InterpretMemorySpaceConstraintTest(test_util.InterpretTestCase):
     np.testing.assert_array_equal(f(x), expected)
 
 
-  @parameterized.parameters(pltpu.VMEM, pltpu.SMEM)
-  def test_ref_captured_by_kernel_raises(self, memory_space):
-    # A ref made in VMEM or SMEM and written by a kernel is an input aliased
-    # to an output, which a TPU passes in place: not supported.
-    # Older jax releases: begin.
-    if jax.__version_info__ < (0, 11, 1):
-      self.skipTest(
-          'jax 0.11.0 and older: pl.kernel passes captured refs as ANY'
-          ' operands, which the interpreter does not fill from the ref'
-      )
-    # Older jax releases: end.
-    @jax.jit
-    def f(x):
-      y_ref = jax.new_ref(x, memory_space=memory_space)
-
-      @test_util.kernel(
-          out_type=(),
-          mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=1),
-          interpret=test_util.interpret_params(),
-      )
-      def add_index():
-        for i in range(y_ref.shape[0]):
-          y_ref[i] = y_ref[i] + i
-
-      add_index()
-      return y_ref[...]
-
-    with self.assertRaisesRegex(
-        NotImplementedError, 'is aliased to an output .* not supported'
-    ):
-      f(np.arange(8, dtype=np.int32))
-
-
 if __name__ == '__main__':
   absltest.main(testLoader=jtu.JaxTestLoader())
