@@ -119,6 +119,12 @@ class InterpretPackElementwiseTest(test_util.InterpretTestCase):
 
   @parameterized.parameters(0, 1)
   def test_unpack_elementwise_nibbles_of_int8(self, index):
+    # Older jax releases: begin.
+    if jax.__version_info__ < (0, 10, 2):
+      self.skipTest(
+          'jax 0.10.1 and older: unpack_elementwise takes uint32 sources only'
+      )
+    # Older jax releases: end.
     words = np.arange(-128, 128, dtype=np.int8).reshape(2, 128)
 
     def kernel(x_ref, o_ref):
