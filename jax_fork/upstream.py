@@ -143,6 +143,7 @@ _IN_PLACE_REF = 'tpu_pallas_interpret_in_place_ref_test.py'
 _PACK_ELEMENTWISE = 'tpu_pallas_interpret_pack_elementwise_test.py'
 _REGULAR_SEMAPHORE_DMA = (
     'tpu_pallas_interpret_regular_semaphore_dma_test.py')
+_SIMULATED_TPU = 'tpu_pallas_interpret_simulated_tpu_test.py'
 
 
 def _tests(file: str, name: str,
@@ -318,6 +319,10 @@ CHANGES = (
         prefix='0035',
         tests=_tests(_REGULAR_SEMAPHORE_DMA,
                      'InterpretRegularSemaphoreDmaTest'),
+    ),
+    Change(
+        prefix='0036',
+        tests=_tests(_SIMULATED_TPU, 'InterpretSimulatedTpuTest'),
     ),
 )
 

@@ -177,6 +177,14 @@ pytype_strict_library(
         ":sc_core",
     ],
 )
+
+pytype_strict_library(
+    name = "tpu_info",
+    srcs = ["tpu_info.py"],
+    deps = [
+        "//jax/_src:api",
+    ],
+)
 ''',
     'jax/_src/BUILD': '''\
 pytype_strict_library(
@@ -407,7 +415,7 @@ class UpstreamExportTest(absltest.TestCase):
     self.assertLen(patches, len(to_export))
     self.assertEqual([p.name[:4] for p in to_export],
                      [c.prefix for c in upstream.CHANGES])
-    self.assertLen(to_export, 35)
+    self.assertLen(to_export, 36)
     for patch, written in zip(to_export, patches):
       self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
       self.assertTrue(os.path.exists(written[:-len('.patch')] + '.md'))
@@ -656,6 +664,7 @@ class UpstreamExportTest(absltest.TestCase):
             '        "//jax/_src:checkify",\n        "//jax/_src/pallas",\n',
             '        "//jax/_src:api_util",\n'
             '        "//jax/_src:checkify",\n        "//jax/_src:flattree",\n'
+            '        "//jax/_src:mesh",\n'
             '        "//jax/_src:partial_eval",\n        "//jax/_src:random",\n'
             '        "//jax/_src:state_types",\n'
             '        "//jax/_src/pallas",\n').replace(
@@ -667,7 +676,14 @@ class UpstreamExportTest(absltest.TestCase):
             ).replace(
             '        "//jax/_src:util",\n',
             '        "//jax/_src:tree_util",\n        "//jax/_src:util",\n'
-            '        "//jax/_src:xla_bridge",\n'),
+            '        "//jax/_src:xla_bridge",\n').replace(
+            '        ":utils",\n        "//jax",\n'
+            '    ] + py_deps("numpy"),\n)\n\n'
+            'pytype_strict_library(\n    name = "interpret_pallas_call",',
+            '        ":utils",\n        "//jax",\n'
+            '        "//jax/_src/pallas/mosaic:tpu_info",\n'
+            '    ] + py_deps("numpy"),\n)\n\n'
+            'pytype_strict_library(\n    name = "interpret_pallas_call",'),
         'tests/pallas/BUILD': tests.replace(
             '        "//jax/experimental:pallas_tpu",\n    ] + py_deps([\n'
             '        "absl/testing",\n        "numpy",\n    ]),\n)\n\n'
