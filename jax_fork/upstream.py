@@ -144,6 +144,8 @@ _PACK_ELEMENTWISE = 'tpu_pallas_interpret_pack_elementwise_test.py'
 _REGULAR_SEMAPHORE_DMA = (
     'tpu_pallas_interpret_regular_semaphore_dma_test.py')
 _SIMULATED_TPU = 'tpu_pallas_interpret_simulated_tpu_test.py'
+_MANUAL_AXES = 'tpu_pallas_interpret_manual_axes_distributed_test.py'
+_MASKED_STORE = 'tpu_pallas_interpret_masked_store_test.py'
 
 
 def _tests(file: str, name: str,
@@ -323,6 +325,14 @@ CHANGES = (
     Change(
         prefix='0036',
         tests=_tests(_SIMULATED_TPU, 'InterpretSimulatedTpuTest'),
+    ),
+    Change(
+        prefix='0037',
+        tests=(TestClass(_MANUAL_AXES, 'InterpretManualAxesDistributedTest'),),
+    ),
+    Change(
+        prefix='0038',
+        tests=_tests(_MASKED_STORE, 'InterpretMaskedStoreTest'),
     ),
 )
 
