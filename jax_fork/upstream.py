@@ -146,6 +146,10 @@ _REGULAR_SEMAPHORE_DMA = (
 _SIMULATED_TPU = 'tpu_pallas_interpret_simulated_tpu_test.py'
 _MANUAL_AXES = 'tpu_pallas_interpret_manual_axes_distributed_test.py'
 _MASKED_STORE = 'tpu_pallas_interpret_masked_store_test.py'
+_STOCHASTIC_ROUND = 'tpu_pallas_interpret_stochastic_round_test.py'
+_UNSIGNED_MATMUL = 'tpu_pallas_interpret_unsigned_matmul_test.py'
+_DISABLE_BOUNDS_CHECKS = (
+    'tpu_pallas_interpret_disable_bounds_checks_test.py')
 
 
 def _tests(file: str, name: str,
@@ -333,6 +337,19 @@ CHANGES = (
     Change(
         prefix='0038',
         tests=_tests(_MASKED_STORE, 'InterpretMaskedStoreTest'),
+    ),
+    Change(
+        prefix='0039',
+        tests=_tests(_STOCHASTIC_ROUND, 'InterpretStochasticRoundTest'),
+    ),
+    Change(
+        prefix='0040',
+        tests=_tests(_UNSIGNED_MATMUL, 'InterpretUnsignedMatmulTest'),
+    ),
+    Change(
+        prefix='0041',
+        tests=_tests(_DISABLE_BOUNDS_CHECKS,
+                     'InterpretDisableBoundsChecksTest'),
     ),
 )
 
