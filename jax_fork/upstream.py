@@ -44,6 +44,7 @@ import zipfile
 from absl import logging
 
 from jax_fork import bazel_deps
+from jax_fork import drift
 from migration import errors
 from migration import gitapply
 from migration import manifest as manifest_lib
@@ -352,6 +353,44 @@ CHANGES = (
                      'InterpretDisableBoundsChecksTest'),
     ),
 )
+
+
+def carried_test_files(manifest: manifest_lib.Manifest,
+                       series: manifest_lib.Series) -> frozenset[str]:
+  """Returns the ``tests/pallas`` files of the changes ``series`` carries.
+
+  A test file fences its tests on the jax release: on a release whose series
+  lacks the file's change, every test of the file skips. The test runner
+  (``scripts/run_tests.py``) runs only these files there.
+
+  Args:
+    manifest: the loaded manifest.
+    series: one of its series.
+
+  Returns:
+    The file names (without folder) of the test classes of each ``CHANGES``
+    entry whose patch, matched by subject with the newest series' patch of
+    that prefix (as ``drift`` matches them), is in ``series``.
+
+  Raises:
+    PatchDataError: the newest series' patch prefixes are not ``CHANGES``',
+      in order, or ``series`` has a patch whose subject the newest lacks.
+  """
+  newest = drift.newest_series(manifest)
+  prefixes = [p.name[:4] for p in newest.patches]
+  if prefixes != [c.prefix for c in CHANGES]:
+    raise errors.PatchDataError(
+        f'{newest.name} has patches {", ".join(prefixes)}; CHANGES knows '
+        f'{", ".join(c.prefix for c in CHANGES)}: update CHANGES.')
+  by_subject = {p.subject: c for p, c in zip(newest.patches, CHANGES)}
+  files = set()
+  for patch in series.patches:
+    if patch.subject not in by_subject:
+      raise errors.PatchDataError(
+          f'{series.name}: {patch.name} has a subject that {newest.name} '
+          f'lacks: {patch.subject!r}.')
+    files.update(t.file for t in by_subject[patch.subject].tests)
+  return frozenset(files)
 
 
 def _git(args: list[str], cwd: str) -> str:

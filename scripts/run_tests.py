@@ -18,16 +18,24 @@ XML; pytest's subtests (`self.subTest`) are not counted on their own (a
 failed subtest fails its test). ruff counts as one test.
 
 Usage: python scripts/run_tests.py [--scope=all|kernels] [--jobs=N]
-           [-- PYTEST_ARGS...]
+           [--files=carried|all] [-- PYTEST_ARGS...]
 
 --scope=kernels runs only the interpreter tests and the examples (what
 differs between jax releases of one minor line); all adds the tests of the
 migration tool and of the maintainers' jax_fork, and ruff.
+
+--files=carried (the default) runs, of `tests/pallas`, only the files of the
+changes that the installed jax release's series carries
+(`jax_fork.upstream.carried_test_files`): each other file fences its tests
+on the jax release and would only skip them, at the cost of a pytest and jax
+start-up. Their names are printed. On a jax release that no series serves,
+every file runs; --files=all runs every file on any release.
 """
 
 from __future__ import annotations
 
 from concurrent import futures
+import importlib.metadata
 import os
 import pathlib
 import subprocess
@@ -47,7 +55,51 @@ _JOBS = flags.DEFINE_integer(
     'How many files of tests/pallas run side by side, each in its own pytest'
     ' process (default: 2, or 1 on a 1-CPU machine).', lower_bound=1)
 
+_FILES = flags.DEFINE_enum(
+    'files', 'carried', ['carried', 'all'],
+    'carried: of tests/pallas, only the files of the changes the installed'
+    " jax release's series carries (the others skip whole there); all: every"
+    ' file.')
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from jax_fork import upstream  # noqa: E402
+from migration import manifest as manifest_lib  # noqa: E402
+
+
+def _carried(files: list[pathlib.Path]) -> tuple[list[pathlib.Path], str]:
+  """Keeps the test files of the changes the installed jax's series carries.
+
+  Args:
+    files: test files of `tests/pallas`.
+
+  Returns:
+    The files to run, in order (a file that no change names runs too), and
+    why the others do not run ('' if all run: jax is not installed, its
+    release is not served, or its series carries every change).
+
+  Raises:
+    PatchDataError: see `upstream.carried_test_files`.
+  """
+  try:
+    # A patched wheel's local version (0.12.0.1+interpret.2) is its release's.
+    version = importlib.metadata.version('jax').split('+')[0]
+  except importlib.metadata.PackageNotFoundError:
+    return files, ''
+  manifest = manifest_lib.load(str(ROOT / 'patches'))
+  series = manifest.series_for(version)
+  if series is None:
+    return files, ''
+  carried = upstream.carried_test_files(manifest, series)
+  known = {t.file for change in upstream.CHANGES for t in change.tests}
+  left = [f.name for f in files if f.name in known - carried]
+  kept = [f for f in files if f.name not in left]
+  if not left:
+    return kept, ''
+  return kept, (f'not run: {len(left)} files of changes that the series'
+                f' {series.name} of jax {version} does not carry (their tests'
+                f' would skip): {", ".join(left)}')
 
 
 def _counts(junit_xml: pathlib.Path) -> tuple[int, int, int]:
@@ -110,6 +162,10 @@ def _pytest(target: pathlib.Path, report: pathlib.Path, argv: list[str],
 def main(argv: list[str]) -> int:
   argv = argv[1:]
   side_by_side = sorted((ROOT / 'tests' / 'pallas').glob('*_test.py'))
+  if _FILES.value == 'carried':
+    side_by_side, not_run = _carried(side_by_side)
+    if not_run:
+      print(f'== {not_run}', flush=True)
   one_at_a_time = []
   if _SCOPE.value == 'all':
     one_at_a_time.append(ROOT / 'tests' / 'migration')

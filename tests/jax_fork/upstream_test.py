@@ -11,6 +11,7 @@ wheel cache. The shape test runs once in CI (with the newest release).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import re
 import shutil
@@ -480,21 +481,53 @@ class UpstreamExportTest(absltest.TestCase):
     # tests/pallas/BUILD.bazel makes targets for the releases of
     # MAINTENANCE_ONLY_VERSIONS (bazel/defs.bzl) only for the test files of
     # the patches their series have.
-    def bzl_list(path, name):
-      with open(os.path.join(REPO, path)) as f:
-        text = f.read()
-      match = re.search(rf'^{name} = \[(.*?)\]', text, re.M | re.S)
-      self.assertIsNotNone(match, f'{name} in {path}')
-      return re.findall(r'"([^"]+)"', match.group(1))
-
-    versions = bzl_list('bazel/defs.bzl', 'MAINTENANCE_ONLY_VERSIONS')
-    files = bzl_list('tests/pallas/BUILD.bazel', 'MAINTENANCE_ONLY_FILES')
+    versions = self.bzl_list('bazel/defs.bzl', 'MAINTENANCE_ONLY_VERSIONS')
+    files = self.bzl_list('tests/pallas/BUILD.bazel', 'MAINTENANCE_ONLY_FILES')
     manifest = manifest_lib.load(os.path.join(REPO, 'patches'))
     counts = {len(manifest.series_for(v).patches) for v in versions}
     self.assertLen(counts, 1, 'maintenance-only series of different lengths')
     expected = {t.file for change in upstream.CHANGES[:counts.pop()]
                 for t in change.tests}
     self.assertEqual(sorted(files), sorted(expected))
+
+  def bzl_list(self, path, name):
+    """The strings of the list `name = [...]` in a Bazel file of the repo."""
+    with open(os.path.join(REPO, path)) as f:
+      text = f.read()
+    match = re.search(rf'^{name} = \[(.*?)\]', text, re.M | re.S)
+    self.assertIsNotNone(match, f'{name} in {path}')
+    return re.findall(r'"([^"]+)"', match.group(1))
+
+  def test_carried_test_files(self):
+    # scripts/run_tests.py runs only these files of tests/pallas: on the
+    # newest series all of them, on the maintenance-only ones the files
+    # tests/pallas/BUILD.bazel gives their Bazel targets.
+    manifest = manifest_lib.load(os.path.join(REPO, 'patches'))
+    every_file = sorted(f for f in os.listdir(TESTS_DIR)
+                        if f.endswith('_test.py'))
+    newest = manifest.series_for(_NEWEST)
+    self.assertEqual(
+        sorted(upstream.carried_test_files(manifest, newest)), every_file)
+    maintenance = self.bzl_list('tests/pallas/BUILD.bazel',
+                                'MAINTENANCE_ONLY_FILES')
+    for version in self.bzl_list('bazel/defs.bzl',
+                                 'MAINTENANCE_ONLY_VERSIONS'):
+      with self.subTest(version=version):
+        self.assertEqual(
+            sorted(upstream.carried_test_files(
+                manifest, manifest.series_for(version))),
+            sorted(maintenance))
+    for series in manifest.series.values():
+      with self.subTest(series=series.name):
+        files = upstream.carried_test_files(manifest, series)
+        self.assertLessEqual(files, set(every_file))
+        self.assertGreaterEqual(len(files), len(maintenance))
+    # A patch that the newest series lacks is an error, not a silent skip.
+    series = manifest.series_for('0.10.2')
+    renamed = dataclasses.replace(series.patches[0], subject='[Pallas] Gone.')
+    with self.assertRaisesRegex(errors.PatchDataError, 'Gone'):
+      upstream.carried_test_files(manifest, dataclasses.replace(
+          series, patches=(renamed, *series.patches[1:])))
 
   def test_exported_tests_pass_jax_lint_settings(self):
     try:
