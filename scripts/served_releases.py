@@ -3,7 +3,8 @@
 Usage: python scripts/served_releases.py [--which=all|newest|others]
 
 newest: the newest served release of each minor line (X.Y), which CI tests
-with the whole suite; others: the rest, which CI patches and tests with the
+under Bazel (bazel/defs.bzl's JAX_VERSIONS; scripts/bazel_test.sh checks
+them with this); others: the rest, which CI patches and tests with the
 interpreter tests and the examples; all: both. Newest first.
 """
 
