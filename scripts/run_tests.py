@@ -91,10 +91,10 @@ def _carried(files: list[pathlib.Path]) -> tuple[list[pathlib.Path], str]:
   series = manifest.series_for(version)
   if series is None:
     return files, ''
-  carried = upstream.carried_test_files(manifest, series)
   known = {t.file for change in upstream.CHANGES for t in change.tests}
-  left = [f.name for f in files if f.name in known - carried]
-  kept = [f for f in files if f.name not in left]
+  not_carried = known - upstream.carried_test_files(manifest, series)
+  left = [f.name for f in files if f.name in not_carried]
+  kept = [f for f in files if f.name not in not_carried]
   if not left:
     return kept, ''
   return kept, (f'not run: {len(left)} files of changes that the series'
