@@ -10,6 +10,7 @@ Python's. No upstream mirror is needed.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -175,6 +176,7 @@ class CoverageTest(absltest.TestCase):
     if os.environ.get('JAX_INTERPRET_PATCHES_TEST_VERSION', newest) != newest:
       raise absltest.SkipTest('runs once, with the newest jax release')
     cls.repo = tempfile.mkdtemp(prefix='coverage-test-')
+    cls.addClassCleanup(shutil.rmtree, cls.repo)
     os.makedirs(os.path.join(cls.repo, 'tests', 'pallas'))
     for name, text in (('tpu_fake_test.py', _MAIN_FILE),
                        ('tpu_other_test.py', _OTHER_FILE)):
@@ -262,6 +264,7 @@ class CoverageTest(absltest.TestCase):
 
   def test_jax_commit_says_modified(self):
     repo = tempfile.mkdtemp(prefix='coverage-git-')
+    self.addCleanup(shutil.rmtree, repo)
     path = os.path.join(repo, 'f.py')
     with open(path, 'w', encoding='utf-8') as f:
       f.write('x = 1\n')
