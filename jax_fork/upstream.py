@@ -60,9 +60,12 @@ UPSTREAM_TEST = (os.path.join(TEST_DIR, 'tpu_pallas_interpret_test.py'),
 UPSTREAM_DISTRIBUTED_TEST = (
     os.path.join(TEST_DIR, 'tpu_pallas_interpret_distributed_test.py'),
     'InterpretDistributedTest')
-# The only paths an exported commit may touch. No changelog: upstream's
-# interpreter commits add none, and entries of stacked PRs would conflict.
-ALLOWED_PATHS = ('jax/_src/pallas/mosaic/interpret/', 'tests/pallas/')
+# The only paths an exported commit may touch: the interpreter, the PRNG
+# primitives (0042) and the BUILD file of their target. No changelog:
+# upstream's interpreter commits add none, and entries of stacked PRs would
+# conflict.
+ALLOWED_PATHS = ('jax/_src/pallas/mosaic/interpret/', 'jax/_src/random/prng.py',
+                 'jax/_src/BUILD', 'tests/pallas/')
 
 # The tests also run on older jax releases. The code that only those need is
 # fenced by these comment lines; inside a fence, a comment
@@ -151,6 +154,7 @@ _STOCHASTIC_ROUND = 'tpu_pallas_interpret_stochastic_round_test.py'
 _UNSIGNED_MATMUL = 'tpu_pallas_interpret_unsigned_matmul_test.py'
 _DISABLE_BOUNDS_CHECKS = (
     'tpu_pallas_interpret_disable_bounds_checks_test.py')
+_RANDOM_IMPL = 'tpu_pallas_interpret_random_impl_test.py'
 
 
 def _tests(file: str, name: str,
@@ -351,6 +355,10 @@ CHANGES = (
         prefix='0041',
         tests=_tests(_DISABLE_BOUNDS_CHECKS,
                      'InterpretDisableBoundsChecksTest'),
+    ),
+    Change(
+        prefix='0042',
+        tests=_tests(_RANDOM_IMPL, 'InterpretRandomImplTest'),
     ),
 )
 

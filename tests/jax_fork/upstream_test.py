@@ -217,8 +217,21 @@ pytype_strict_library(
 )
 
 pytype_strict_library(
+    name = "core",
+    srcs = [
+        "core.py",
+        "linear_util.py",
+    ],
+)
+
+pytype_strict_library(
     name = "dtypes",
     srcs = ["dtypes.py"],
+)
+
+pytype_strict_library(
+    name = "effects",
+    srcs = ["effects.py"],
 )
 
 pytype_strict_library(
@@ -247,6 +260,11 @@ pytype_strict_library(
         "random/__init__.py",
         "random/prng.py",
     ],
+    deps = [
+        ":api",
+        ":core",
+        ":util",
+    ] + py_deps("numpy"),
 )
 
 pytype_strict_library(
@@ -284,6 +302,13 @@ pytype_strict_library(
 )
 ''',
     'jax/experimental/BUILD': '''\
+py_library_providing_imports_info(
+    name = "experimental",
+    srcs = [
+        "__init__.py",
+    ],
+)
+
 pytype_strict_library(
     name = "pallas",
     srcs = glob(
@@ -313,6 +338,12 @@ pytype_strict_library(
     deps = [
         ":pallas",
     ],
+)
+''',
+    'jax/extend/BUILD': '''\
+pytype_strict_library(
+    name = "extend",
+    srcs = ["__init__.py"],
 )
 ''',
     'tests/pallas/BUILD': '''\
@@ -416,7 +447,7 @@ class UpstreamExportTest(absltest.TestCase):
     self.assertLen(patches, len(to_export))
     self.assertEqual([p.name[:4] for p in to_export],
                      [c.prefix for c in upstream.CHANGES])
-    self.assertLen(to_export, 41)
+    self.assertLen(to_export, 42)
     for patch, written in zip(to_export, patches):
       self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
       self.assertTrue(os.path.exists(written[:-len('.patch')] + '.md'))
@@ -687,7 +718,14 @@ class UpstreamExportTest(absltest.TestCase):
     # not touched.
     interpret = _BUILD_FILES['jax/_src/pallas/mosaic/interpret/BUILD']
     tests = _BUILD_FILES['tests/pallas/BUILD']
+    jax_src = _BUILD_FILES['jax/_src/BUILD']
     expected = {
+        # 0042's PRNG primitives trace the implementation's functions.
+        'jax/_src/BUILD': jax_src.replace(
+            '        ":api",\n        ":core",\n        ":util",\n',
+            '        ":api",\n        ":api_util",\n        ":core",\n'
+            '        ":effects",\n        ":partial_eval",\n'
+            '        ":util",\n'),
         'jax/_src/pallas/mosaic/interpret/BUILD': interpret.replace(
             '        "//jax/_src/pallas/mosaic:primitives",\n',
             '        "//jax/_src/pallas/mosaic:primitives",\n'
@@ -718,16 +756,22 @@ class UpstreamExportTest(absltest.TestCase):
             '    ] + py_deps("numpy"),\n)\n\n'
             'pytype_strict_library(\n    name = "interpret_pallas_call",'),
         'tests/pallas/BUILD': tests.replace(
+            '    deps = [\n        "//jax/experimental:pallas",\n'
             '        "//jax/experimental:pallas_tpu",\n    ] + py_deps([\n'
             '        "absl/testing",\n        "numpy",\n    ]),\n)\n\n'
             'jax_multiplatform_test(\n'
             '    name = "tpu_pallas_interpret_distributed_test",',
+            # 0042's test imports jax.experimental and jax.extend.
+            '    deps = [\n        "//jax/experimental",\n'
+            '        "//jax/experimental:pallas",\n'
             '        "//jax/experimental:pallas_tpu",\n'
-            '        "//jax/experimental:pallas_tpu_sc",\n    ] + py_deps([\n'
+            '        "//jax/experimental:pallas_tpu_sc",\n'
+            '        "//jax/extend",\n    ] + py_deps([\n'
             '        "absl/testing",\n        "numpy",\n    ]),\n)\n\n'
             'jax_multiplatform_test(\n'
             '    name = "tpu_pallas_interpret_distributed_test",')}
     self.assertNotEqual(expected['tests/pallas/BUILD'], tests)
+    self.assertNotEqual(expected['jax/_src/BUILD'], jax_src)
     for path, text in _BUILD_FILES.items():
       with open(os.path.join(clone, path)) as f:
         self.assertEqual(f.read(), expected.get(path, text), path)

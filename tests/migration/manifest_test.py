@@ -100,7 +100,12 @@ class ManifestTest(absltest.TestCase):
       for p in series.patches:
         self.assertEqual(tuple(gitapply.touched_files(p.path)), p.files)
         for f in p.files:
-          self.assertTrue(f.startswith('jax/_src/pallas/'), f)
+          # The interpreter and its Pallas neighbours; 0042 (0024 in the
+          # jax-0.10.2 series) also declares effects in jax.random's
+          # primitives.
+          self.assertTrue(
+              f.startswith('jax/_src/pallas/')
+              or f == 'jax/_src/random/prng.py', f)
 
   def test_nearest_served_release(self):
     manifest = manifest_lib.load(PATCHES)
