@@ -108,10 +108,20 @@ class Change:
 
   ``notes`` (Markdown) go to the pull request description, after what the
   commit message says.
+
+  A change that a jax release newer than upstream HEAD has upstream (its
+  own implementation) is a backport: ``upstream_since`` names that release,
+  and the patch, whose DEP-3 ``Applied-Upstream`` says the same, is in the
+  series for older releases only, after the others (``prefix`` is its number
+  in the series that HEAD takes). ``subject`` is then its subject, as the
+  newest series has no patch to take it from. Its tests also run on the
+  releases that have it upstream.
   """
   prefix: str
   tests: tuple[TestClass, ...]
   notes: str = ''
+  upstream_since: str | None = None
+  subject: str | None = None
 
 
 _SEMAPHORE = 'tpu_pallas_interpret_semaphore_test.py'
@@ -155,6 +165,7 @@ _UNSIGNED_MATMUL = 'tpu_pallas_interpret_unsigned_matmul_test.py'
 _DISABLE_BOUNDS_CHECKS = (
     'tpu_pallas_interpret_disable_bounds_checks_test.py')
 _RANDOM_IMPL = 'tpu_pallas_interpret_random_impl_test.py'
+_CORE_DEVICE_ID = 'tpu_pallas_interpret_core_device_id_test.py'
 
 
 def _tests(file: str, name: str,
@@ -360,6 +371,19 @@ CHANGES = (
         prefix='0042',
         tests=_tests(_RANDOM_IMPL, 'InterpretRandomImplTest'),
     ),
+    Change(
+        prefix='0043',
+        tests=_tests(_CORE_DEVICE_ID, 'InterpretCoreDeviceIdTest'),
+        upstream_since='0.12.0',
+        subject=('[Pallas] In TPU Interpret Mode, route a `device_id` that '
+                 'names a core axis to that core.'),
+        notes=('jax 0.12.0 has this behaviour upstream, in its own '
+               'implementation (`core_axis_names` in '
+               '`interpret_utils._device_id_to_logical`), which this '
+               "checkout's interpreter predates: drop this commit where the "
+               'branch already has it. The tests pass with jax 0.12.0.1 as '
+               'released.'),
+    ),
 )
 
 
@@ -378,26 +402,37 @@ def carried_test_files(manifest: manifest_lib.Manifest,
   Returns:
     The file names (without folder) of the test classes of each ``CHANGES``
     entry whose patch, matched by subject with the newest series' patch of
-    that prefix (as ``drift`` matches them), is in ``series``.
+    that prefix (as ``drift`` matches them) or with a backport's
+    ``subject``, is in ``series``, and of each backport that the releases
+    ``series`` serves have upstream.
 
   Raises:
-    PatchDataError: the newest series' patch prefixes are not ``CHANGES``',
-      in order, or ``series`` has a patch whose subject the newest lacks.
+    PatchDataError: the newest series' patch prefixes are not those of the
+      ``CHANGES`` that are not backports, in order, or ``series`` has a patch
+      whose subject neither the newest nor a backport has.
   """
   newest = drift.newest_series(manifest)
+  own = [c for c in CHANGES if c.upstream_since is None]
   prefixes = [p.name[:4] for p in newest.patches]
-  if prefixes != [c.prefix for c in CHANGES]:
+  if prefixes != [c.prefix for c in own]:
     raise errors.PatchDataError(
         f'{newest.name} has patches {", ".join(prefixes)}; CHANGES knows '
-        f'{", ".join(c.prefix for c in CHANGES)}: update CHANGES.')
-  by_subject = {p.subject: c for p, c in zip(newest.patches, CHANGES)}
+        f'{", ".join(c.prefix for c in own)}: update CHANGES.')
+  by_subject = {p.subject: c for p, c in zip(newest.patches, own)}
+  backports = [c for c in CHANGES if c.upstream_since is not None]
+  by_subject.update((c.subject, c) for c in backports)
   files = set()
   for patch in series.patches:
     if patch.subject not in by_subject:
       raise errors.PatchDataError(
-          f'{series.name}: {patch.name} has a subject that {newest.name} '
-          f'lacks: {patch.subject!r}.')
+          f'{series.name}: {patch.name} has a subject that neither '
+          f'{newest.name} nor a backport of CHANGES has: {patch.subject!r}.')
     files.update(t.file for t in by_subject[patch.subject].tests)
+  oldest = manifest_lib.version_key(series.name[len('jax-'):])
+  for c in backports:
+    assert c.upstream_since is not None
+    if oldest >= manifest_lib.version_key(c.upstream_since):
+      files.update(t.file for t in c.tests)
   return frozenset(files)
 
 

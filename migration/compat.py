@@ -2,9 +2,11 @@
 
 Each row is a jax release: the jaxlib and Python it needs (from its wheel's
 metadata), the series serving it, and per change of the series whether the
-patch applies (exactly, possibly at an offset), is already upstream, conflicts,
-or is not applicable (the release's series has no such patch, because the
-release lacks the API it changes). The README's table is this table rendered
+patch applies (exactly, possibly at an offset), is already upstream (it
+reverse-applies, or, for a backport, the release is at or after the one its
+DEP-3 ``Applied-Upstream`` names), conflicts, or is not applicable (the
+release's series has no such patch, because the release lacks the API it
+changes). The README's table is this table rendered
 as Markdown between two marker lines; ``check --all --readme=README.md``
 rewrites it, and a test fails when it is stale.
 """
@@ -12,6 +14,7 @@ rewrites it, and a test fails when it is stale.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Sequence
 
 from migration import check
@@ -37,10 +40,14 @@ class Feature:
     number: its 1-based position in the newest series.
     subject: the patch's subject line (the same in every series).
     description: its DEP-3 ``Description``.
+    applied_upstream: for a backport, the release that has the change
+      upstream (its DEP-3 ``Applied-Upstream``, a version), else None. The
+      series of that release and later ones have no such patch.
   """
   number: int
   subject: str
   description: str
+  applied_upstream: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +82,10 @@ def features(manifest: manifest_lib.Manifest) -> list[Feature]:
     for p in s.patches:
       if all(f.subject != p.subject for f in out):
         description = p.dep3.get('Description') or p.subject
-        out.append(Feature(len(out) + 1, p.subject,
-                           ' '.join(description.split())))
+        applied = p.dep3.get('Applied-Upstream', '')
+        out.append(Feature(
+            len(out) + 1, p.subject, ' '.join(description.split()),
+            applied if re.fullmatch(r'\d+(\.\d+)+', applied) else None))
   return out
 
 
@@ -111,8 +120,12 @@ def rows(manifest: manifest_lib.Manifest,
     series = manifest.series[r.series]
     subject = {p.name: p.subject for p in series.patches}
     fits = {subject[p.name]: p.fit for p in r.patches}
-    cells = tuple(_cell(fits[f.subject]) if f.subject in fits
-                  else NOT_APPLICABLE for f in feats)
+    cells = tuple(
+        _cell(fits[f.subject]) if f.subject in fits
+        else UPSTREAM if f.applied_upstream is not None
+        and manifest_lib.version_key(r.version)
+        >= manifest_lib.version_key(f.applied_upstream)
+        else NOT_APPLICABLE for f in feats)
     req = wheels.requirements(wheels.pristine_wheel(r.version, wheel_dirs))
     out.append(Row(r.version, req.jaxlib, req.python, r.series, r.served,
                    cells))

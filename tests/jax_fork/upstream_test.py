@@ -445,8 +445,11 @@ class UpstreamExportTest(absltest.TestCase):
     # description beside it.
     to_export = series.patches
     self.assertLen(patches, len(to_export))
+    # The newest release has the backports (0043) upstream: its series
+    # exports the other changes.
+    own = [c for c in upstream.CHANGES if c.upstream_since is None]
     self.assertEqual([p.name[:4] for p in to_export],
-                     [c.prefix for c in upstream.CHANGES])
+                     [c.prefix for c in own])
     self.assertLen(to_export, 42)
     for patch, written in zip(to_export, patches):
       self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
@@ -486,6 +489,8 @@ class UpstreamExportTest(absltest.TestCase):
     # code for older releases, and upstream's own test is kept.
     ours = set()
     for change in upstream.CHANGES:
+      if change.upstream_since is not None:
+        continue  # a backport: the newest release has it upstream
       for test in change.tests:
         with open(os.path.join(TESTS_DIR, test.file)) as f:
           ours |= {(test.upstream[1], n) for n, _ in
@@ -553,7 +558,22 @@ class UpstreamExportTest(absltest.TestCase):
         files = upstream.carried_test_files(manifest, series)
         self.assertLessEqual(files, set(every_file))
         self.assertGreaterEqual(len(files), len(maintenance))
-    # A patch that the newest series lacks is an error, not a silent skip.
+    # A backport's tests run where its patch is and where upstream has the
+    # change (0.12.0 has 0043's), not on the maintenance-only series.
+    (backport,) = [c for c in upstream.CHANGES if c.upstream_since]
+    (backport_file,) = {t.file for t in backport.tests}
+    for version, carried in (('0.12.0.1', True), ('0.11.2', True),
+                             ('0.10.0', True), ('0.9.2', False)):
+      with self.subTest(version=version):
+        series = manifest.series_for(version)
+        self.assertEqual(
+            backport_file in upstream.carried_test_files(manifest, series),
+            carried)
+        self.assertEqual(
+            any(p.subject == backport.subject for p in series.patches),
+            carried and version != '0.12.0.1')
+    # A patch that neither the newest series nor a backport has is an error,
+    # not a silent skip.
     series = manifest.series_for('0.10.2')
     renamed = dataclasses.replace(series.patches[0], subject='[Pallas] Gone.')
     with self.assertRaisesRegex(errors.PatchDataError, 'Gone'):

@@ -66,7 +66,15 @@ class CompatTest(absltest.TestCase):
     given = len(fits) - 1
     self.assertEqual(row.cells[0], compat.CONFLICT)
     self.assertEqual(set(row.cells[1:given]), {compat.APPLIES})
-    self.assertEqual(set(row.cells[given:]), {compat.NOT_APPLICABLE})
+    self.assertEqual(set(row.cells[given:len(fits)]), {compat.NOT_APPLICABLE})
+    # The features of older series only: backports the release has upstream,
+    # or changes it lacks.
+    for feature, cell in zip(features[len(fits):], row.cells[len(fits):]):
+      self.assertEqual(
+          cell, compat.UPSTREAM if feature.applied_upstream
+          and manifest_lib.version_key(VERSION)
+          >= manifest_lib.version_key(feature.applied_upstream)
+          else compat.NOT_APPLICABLE)
     req = wheels.requirements(wheels.pristine_wheel(VERSION))
     self.assertEqual((row.jaxlib, row.python), (req.jaxlib, req.python))
     self.assertRegex(row.python, r'^>=3\.\d+$')
@@ -74,6 +82,29 @@ class CompatTest(absltest.TestCase):
     text = report.compat_text(features, [row])
     self.assertIn(compat.NOT_APPLICABLE, text)
     self.assertIn(f'#5: {features[4].description}', text)
+
+  def test_backport_is_upstream_from_its_applied_upstream_release(self):
+    # #43 is in the series of 0.10.0 to 0.11.2 only: its DEP-3
+    # Applied-Upstream names 0.12.0, whose interpreter has the change.
+    features = compat.features(self.manifest)
+    [backport] = [f for f in features if f.applied_upstream]
+    self.assertEqual(backport.applied_upstream, '0.12.0')
+    self.assertNotIn(backport.subject, [
+        p.subject for p in self.manifest.series_for('0.12.0.1').patches])
+    rows = {}
+    for version in ('0.12.0', '0.11.2', '0.9.2'):
+      series = self.manifest.series_for(version)
+      result = check.VersionCheck(
+          version, series.name, True, wheels.wheel_name(version),
+          tuple(check.PatchFit(p.name, check.Fit.EXACT)
+                for p in series.patches))
+      [rows[version]] = compat.rows(self.manifest, [result], features)
+    index = features.index(backport)
+    self.assertEqual(rows['0.12.0'].cells[index], compat.UPSTREAM)
+    self.assertEqual(rows['0.11.2'].cells[index], compat.APPLIES)
+    self.assertEqual(rows['0.9.2'].cells[index], compat.NOT_APPLICABLE)
+    # A patch's `Applied-Upstream: no` is not a release.
+    self.assertLen([f for f in features if f.applied_upstream], 1)
 
   def test_jaxlib_spec(self):
     spec = wheels._jaxlib_spec  # pylint: disable=protected-access
