@@ -109,15 +109,15 @@ class Change:
   ``notes`` (Markdown) go to the pull request description, after what the
   commit message says.
 
-  A change that a jax release newer than upstream HEAD has upstream (its
-  own implementation) is a backport: ``upstream_since`` names that release,
-  and the patch, whose DEP-3 ``Applied-Upstream`` says the same, is in the
-  series for older releases only, after the others (``prefix`` is its number
-  in the series that HEAD takes). ``subject`` is then its subject, as the
-  newest series has no patch to take it from. Its tests also run on the
-  releases that have it upstream.
+  ``prefix`` is the patch's number in the newest series. A change that a
+  jax release newer than upstream HEAD has upstream (its own implementation)
+  is a backport: ``upstream_since`` names that release, and the patch, whose
+  DEP-3 ``Applied-Upstream`` says the same, is in the series for older
+  releases only; it has no ``prefix`` (its number differs from series to
+  series) and gives its ``subject``, as the newest series has no patch to
+  take it from. Its tests also run on the releases that have it upstream.
   """
-  prefix: str
+  prefix: str | None
   tests: tuple[TestClass, ...]
   notes: str = ''
   upstream_since: str | None = None
@@ -166,6 +166,7 @@ _DISABLE_BOUNDS_CHECKS = (
     'tpu_pallas_interpret_disable_bounds_checks_test.py')
 _RANDOM_IMPL = 'tpu_pallas_interpret_random_impl_test.py'
 _CORE_DEVICE_ID = 'tpu_pallas_interpret_core_device_id_test.py'
+_DYNAMIC_GRID = 'tpu_pallas_interpret_dynamic_grid_test.py'
 
 
 def _tests(file: str, name: str,
@@ -373,6 +374,10 @@ CHANGES = (
     ),
     Change(
         prefix='0043',
+        tests=_tests(_DYNAMIC_GRID, 'InterpretDynamicGridTest'),
+    ),
+    Change(
+        prefix=None,
         tests=_tests(_CORE_DEVICE_ID, 'InterpretCoreDeviceIdTest'),
         upstream_since='0.12.0',
         subject=('[Pallas] In TPU Interpret Mode, route a `device_id` that '
@@ -385,6 +390,41 @@ CHANGES = (
                'released.'),
     ),
 )
+
+
+def changes_by_subject(manifest: manifest_lib.Manifest) -> dict[str, Change]:
+  """Returns the ``CHANGES`` entry of each patch subject of the series.
+
+  A patch of the newest series is matched by its number (``prefix``), and so
+  is, by subject, the patch of every other series that drift compares with
+  it; a backport by its ``subject``.
+
+  Raises:
+    PatchDataError: the newest series' patch prefixes are not those of the
+      ``CHANGES`` that are not backports, in order.
+  """
+  newest = drift.newest_series(manifest)
+  own = [c for c in CHANGES if c.upstream_since is None]
+  prefixes = [p.name[:4] for p in newest.patches]
+  if prefixes != [c.prefix for c in own]:
+    raise errors.PatchDataError(
+        f'{newest.name} has patches {", ".join(prefixes)}; CHANGES knows '
+        f'{", ".join(str(c.prefix) for c in own)}: update CHANGES.')
+  by_subject = {p.subject: c for p, c in zip(newest.patches, own)}
+  for c in CHANGES:
+    if c.upstream_since is not None:
+      assert c.subject is not None
+      by_subject[c.subject] = c
+  return by_subject
+
+
+def _change_of(by_subject: dict[str, Change], series: manifest_lib.Series,
+               patch: manifest_lib.Patch) -> Change:
+  if patch.subject not in by_subject:
+    raise errors.PatchDataError(
+        f'{series.name}: {patch.name} has a subject that neither the newest '
+        f'series nor a backport of CHANGES has: {patch.subject!r}.')
+  return by_subject[patch.subject]
 
 
 def carried_test_files(manifest: manifest_lib.Manifest,
@@ -400,38 +440,22 @@ def carried_test_files(manifest: manifest_lib.Manifest,
     series: one of its series.
 
   Returns:
-    The file names (without folder) of the test classes of each ``CHANGES``
-    entry whose patch, matched by subject with the newest series' patch of
-    that prefix (as ``drift`` matches them) or with a backport's
-    ``subject``, is in ``series``, and of each backport that the releases
-    ``series`` serves have upstream.
+    The file names (without folder) of the test classes of the change of
+    each patch of ``series`` (``changes_by_subject``), and of each backport
+    that the releases ``series`` serves have upstream.
 
   Raises:
-    PatchDataError: the newest series' patch prefixes are not those of the
-      ``CHANGES`` that are not backports, in order, or ``series`` has a patch
-      whose subject neither the newest nor a backport has.
+    PatchDataError: see ``changes_by_subject``; or ``series`` has a patch
+      whose subject neither the newest series nor a backport has.
   """
-  newest = drift.newest_series(manifest)
-  own = [c for c in CHANGES if c.upstream_since is None]
-  prefixes = [p.name[:4] for p in newest.patches]
-  if prefixes != [c.prefix for c in own]:
-    raise errors.PatchDataError(
-        f'{newest.name} has patches {", ".join(prefixes)}; CHANGES knows '
-        f'{", ".join(c.prefix for c in own)}: update CHANGES.')
-  by_subject = {p.subject: c for p, c in zip(newest.patches, own)}
-  backports = [c for c in CHANGES if c.upstream_since is not None]
-  by_subject.update((c.subject, c) for c in backports)
+  by_subject = changes_by_subject(manifest)
   files = set()
   for patch in series.patches:
-    if patch.subject not in by_subject:
-      raise errors.PatchDataError(
-          f'{series.name}: {patch.name} has a subject that neither '
-          f'{newest.name} nor a backport of CHANGES has: {patch.subject!r}.')
-    files.update(t.file for t in by_subject[patch.subject].tests)
+    files.update(t.file for t in _change_of(by_subject, series, patch).tests)
   oldest = manifest_lib.version_key(series.name[len('jax-'):])
-  for c in backports:
-    assert c.upstream_since is not None
-    if oldest >= manifest_lib.version_key(c.upstream_since):
+  for c in CHANGES:
+    if c.upstream_since is not None and (
+        oldest >= manifest_lib.version_key(c.upstream_since)):
       files.update(t.file for t in c.tests)
   return frozenset(files)
 
@@ -921,8 +945,9 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
     ConflictError: no series applies exactly, and the three-way rebase of
       the newest series onto the checkout conflicts.
     PatchDataError: a test class or upstream's test file is not as expected
-      (see ``add_tests``), or a new import's Bazel dep cannot be added (see
-      ``bazel_deps.update_build_files``).
+      (see ``add_tests``), a new import's Bazel dep cannot be added (see
+      ``bazel_deps.update_build_files``), or a patch has no ``CHANGES``
+      entry (see ``changes_by_subject``).
     UsageError: ``test_python`` is not an executable.
   """
   if not os.path.isdir(os.path.join(jax_repo, 'jax', '_src', 'pallas')):
@@ -950,15 +975,9 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
     states = patch_states(series)
     logging.info('%s\nRebasing %s onto the checkout with three-way merges.',
                  exact_failure, series.name)
-  changes = {c.prefix: c for c in CHANGES}
+  by_subject = changes_by_subject(manifest)
   patches = series.patches
-  # A series for older releases may lack the last changes (0.9.2 and older
-  # have no SparseCore patches), never one in between.
-  if [p.name[:4] for p in patches] != list(changes)[:len(patches)]:
-    raise errors.PatchDataError(
-        f'{series.name}: export-upstream knows the tests of patches '
-        f'{", ".join(changes)}; the series has '
-        f'{", ".join(p.name[:4] for p in patches)}; update CHANGES.')
+  series_changes = [_change_of(by_subject, series, p) for p in patches]
   written = []
   work = tempfile.mkdtemp(prefix='export-upstream-')
   worktree = os.path.join(work, 'jax')
@@ -985,7 +1004,7 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
       base_others = _measure(worktree, test_python, others)
     descriptions = []
     for number, patch in enumerate(patches, start=1):
-      change = changes[patch.name[:4]]
+      change = series_changes[number - 1]
       touched = [*series.files, *upstream_tests]
       before = {}
       for f in touched:
