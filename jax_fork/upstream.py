@@ -167,6 +167,7 @@ _DISABLE_BOUNDS_CHECKS = (
 _RANDOM_IMPL = 'tpu_pallas_interpret_random_impl_test.py'
 _CORE_DEVICE_ID = 'tpu_pallas_interpret_core_device_id_test.py'
 _DYNAMIC_GRID = 'tpu_pallas_interpret_dynamic_grid_test.py'
+_SPARSECORE_BITCAST = 'tpu_pallas_interpret_sparsecore_bitcast_test.py'
 
 
 def _tests(file: str, name: str,
@@ -388,6 +389,16 @@ CHANGES = (
                "checkout's interpreter predates: drop this commit where the "
                'branch already has it. The tests pass with jax 0.12.0.1 as '
                'released.'),
+    ),
+    Change(
+        prefix=None,
+        tests=_tests(_SPARSECORE_BITCAST, 'InterpretSparseCoreBitcastTest'),
+        upstream_since='0.12.0',
+        subject='[Pallas] In TPU Interpret Mode, run SparseCore `plsc.bitcast`.',
+        notes=('In jax 0.12.0, `plsc.bitcast` is `pltpu.bitcast(x, dtype, '
+               'dim=-1)`, which TPU interpret mode runs, and `bitcast_p` of '
+               '`sc_primitives` is gone: drop this commit where the branch '
+               'has that. The tests pass with jax 0.12.0.1 as released.'),
     ),
 )
 

@@ -559,19 +559,21 @@ class UpstreamExportTest(absltest.TestCase):
         self.assertLessEqual(files, set(every_file))
         self.assertGreaterEqual(len(files), len(maintenance))
     # A backport's tests run where its patch is and where upstream has the
-    # change (0.12.0 has 0043's), not on the maintenance-only series.
-    (backport,) = [c for c in upstream.CHANGES if c.upstream_since]
-    (backport_file,) = {t.file for t in backport.tests}
-    for version, carried in (('0.12.0.1', True), ('0.11.2', True),
-                             ('0.10.0', True), ('0.9.2', False)):
-      with self.subTest(version=version):
-        series = manifest.series_for(version)
-        self.assertEqual(
-            backport_file in upstream.carried_test_files(manifest, series),
-            carried)
-        self.assertEqual(
-            any(p.subject == backport.subject for p in series.patches),
-            carried and version != '0.12.0.1')
+    # change (0.12.0 has both backports'), not on the maintenance-only series.
+    backports = [c for c in upstream.CHANGES if c.upstream_since]
+    self.assertLen(backports, 2)
+    for backport in backports:
+      (backport_file,) = {t.file for t in backport.tests}
+      for version, carried in (('0.12.0.1', True), ('0.11.2', True),
+                               ('0.10.0', True), ('0.9.2', False)):
+        with self.subTest(version=version, file=backport_file):
+          series = manifest.series_for(version)
+          self.assertEqual(
+              backport_file in upstream.carried_test_files(manifest, series),
+              carried)
+          self.assertEqual(
+              any(p.subject == backport.subject for p in series.patches),
+              carried and version != '0.12.0.1')
     # A patch that neither the newest series nor a backport has is an error,
     # not a silent skip.
     series = manifest.series_for('0.10.2')

@@ -84,10 +84,11 @@ class CompatTest(absltest.TestCase):
     self.assertIn(f'#5: {features[4].description}', text)
 
   def test_backport_is_upstream_from_its_applied_upstream_release(self):
-    # #43 is in the series of 0.10.0 to 0.11.2 only: its DEP-3
-    # Applied-Upstream names 0.12.0, whose interpreter has the change.
+    # The device_id backport is in the series of 0.10.0 to 0.11.2 only: its
+    # DEP-3 Applied-Upstream names 0.12.0, whose interpreter has the change.
     features = compat.features(self.manifest)
-    [backport] = [f for f in features if f.applied_upstream]
+    [backport] = [f for f in features if f.applied_upstream
+                  and 'device_id' in f.subject]
     self.assertEqual(backport.applied_upstream, '0.12.0')
     self.assertNotIn(backport.subject, [
         p.subject for p in self.manifest.series_for('0.12.0.1').patches])
@@ -103,8 +104,9 @@ class CompatTest(absltest.TestCase):
     self.assertEqual(rows['0.12.0'].cells[index], compat.UPSTREAM)
     self.assertEqual(rows['0.11.2'].cells[index], compat.APPLIES)
     self.assertEqual(rows['0.9.2'].cells[index], compat.NOT_APPLICABLE)
-    # A patch's `Applied-Upstream: no` is not a release.
-    self.assertLen([f for f in features if f.applied_upstream], 1)
+    # A patch's `Applied-Upstream: no` is not a release: the two backports
+    # are the only features with one.
+    self.assertLen([f for f in features if f.applied_upstream], 2)
 
   def test_jaxlib_spec(self):
     spec = wheels._jaxlib_spec  # pylint: disable=protected-access
