@@ -9,7 +9,8 @@ run as they are, never edited. From the outside it
   ``jtu.get_tpu_version`` and ``jtu.device_kind_match`` read the chosen
   device kind, every ``jax.Device`` gets ``num_cores``, and
   ``pltpu.get_tpu_info()`` (``jax._src.tpu_info.get_device_kind`` and
-  ``get_num_device_cores``), and the megablox (gmm) kernels' device query,
+  ``get_num_device_cores``), ``pltpu.TensorCoreMesh``'s default core count
+  under a mesh of CPU devices, and the megablox (gmm) kernels' device query,
   answer the chosen TPU wherever jax would answer the CPU;
 - runs every test (setUp, the test, tearDown) under
   ``pltpu.force_tpu_interpret_mode(pltpu.InterpretParams())``, so every
@@ -116,12 +117,43 @@ def _see_tpu(kind: str, cores: int) -> None:
 
   tpu_info.get_device_kind = get_device_kind
   tpu_info.get_num_device_cores = get_num_device_cores
+  _see_tpu_cores_in_meshes(cores)
   try:
     from jax.experimental.pallas.ops.tpu.megablox import common  # pylint: disable=g-import-not-at-top,line-too-long
   except ImportError:
     return
   common.tpu_kind = lambda: kind
   common.is_tpu = lambda: True
+
+
+def _see_tpu_cores_in_meshes(cores: int) -> None:
+  """Gives `pltpu.TensorCoreMesh` the TPU's core count under a CPU mesh.
+
+  Its default `num_cores` reads the abstract device of the current mesh
+  (`_get_default_num_cores`), which for a mesh of CPU devices (a test's
+  `shard_map`) has no core count, where a TPU's has the TPU's. The function
+  is the dataclass field's default factory, so its code is replaced in
+  place (`cores` a default argument), keeping the function object.
+  """
+  try:
+    from jax._src.pallas.mosaic import core as mosaic_core  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return
+  f = getattr(mosaic_core, '_get_default_num_cores', None)
+  if f is None or f.__code__.co_freevars:
+    return
+  real = types.FunctionType(f.__code__, f.__globals__, f.__name__)
+
+  def default_num_cores(_cores=cores, _real=real):
+    import jax  # pylint: disable=g-import-not-at-top,redefined-outer-name,reimported
+    device = jax.sharding.get_abstract_mesh().abstract_device
+    if device is not None and device.num_cores is None and (
+        device.platform == 'cpu'):
+      return _cores
+    return _real()
+
+  f.__code__ = default_num_cores.__code__
+  f.__defaults__ = default_num_cores.__defaults__
 
 
 def pytest_configure(config):

@@ -6,9 +6,9 @@ patch applies (exactly, possibly at an offset), is already upstream (it
 reverse-applies, or, for a backport, the release is at or after the one its
 DEP-3 ``Applied-Upstream`` names), conflicts, or is not applicable (the
 release's series has no such patch, because the release lacks the API it
-changes). The README's table is this table rendered
-as Markdown between two marker lines; ``check --all --readme=README.md``
-rewrites it, and a test fails when it is stale.
+changes). The README's table is this table rendered as Markdown between two
+marker lines; ``check --all --readme=README.md`` rewrites it, and a test
+fails when it is stale.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ class Feature:
   """One change of the series, as every series names it.
 
   Attributes:
-    number: its 1-based position in the newest series.
+    number: its 1-based position: the newest series' patches first, in
+      order, then those that only older series have (backports, changes the
+      newest lacks).
     subject: the patch's subject line (the same in every series).
     description: its DEP-3 ``Description``.
     applied_upstream: for a backport, the release that has the change

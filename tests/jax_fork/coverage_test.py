@@ -58,6 +58,10 @@ _MAIN_FILE = textwrap.dedent('''\
         self.assertEqual(jtu.get_tpu_version(), 6)
         self.assertEqual(jax.devices()[0].num_cores, 1)
         self.assertEqual(pltpu.get_tpu_info().chip_version.value, "v6e")
+        # Under a mesh of CPU devices too (a shard_map), as a TPU's would.
+        cpu_mesh = jax.sharding.Mesh(jax.devices()[:1], ("x",))
+        with jax.sharding.use_abstract_mesh(cpu_mesh.abstract_mesh):
+          self.assertEqual(pltpu.TensorCoreMesh(axis_name="c").num_cores, 1)
 
       def test_b_interpreted(self):
         # Without interpret mode, Mosaic cannot lower this on CPU.
