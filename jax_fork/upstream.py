@@ -111,16 +111,15 @@ class Change:
 
   ``prefix`` is the patch's number in the newest series. A change that a
   jax release newer than upstream HEAD has upstream (its own implementation)
-  is a backport: ``upstream_since`` names that release, and the patch, whose
-  DEP-3 ``Applied-Upstream`` says the same, is in the series for older
-  releases only; it has no ``prefix`` (its number differs from series to
+  is a backport: its patch, whose DEP-3 ``Applied-Upstream`` names that
+  release (``manifest.Patch.applied_upstream``), is in the series for older
+  releases only. It has no ``prefix`` (its number differs from series to
   series) and gives its ``subject``, as the newest series has no patch to
   take it from. Its tests also run on the releases that have it upstream.
   """
   prefix: str | None
   tests: tuple[TestClass, ...]
   notes: str = ''
-  upstream_since: str | None = None
   subject: str | None = None
 
 
@@ -380,7 +379,6 @@ CHANGES = (
     Change(
         prefix=None,
         tests=_tests(_CORE_DEVICE_ID, 'InterpretCoreDeviceIdTest'),
-        upstream_since='0.12.0',
         subject=('[Pallas] In TPU Interpret Mode, route a `device_id` that '
                  'names a core axis to that core.'),
         notes=('jax 0.12.0 has this behaviour upstream, in its own '
@@ -393,7 +391,6 @@ CHANGES = (
     Change(
         prefix=None,
         tests=_tests(_SPARSECORE_BITCAST, 'InterpretSparseCoreBitcastTest'),
-        upstream_since='0.12.0',
         subject='[Pallas] In TPU Interpret Mode, run SparseCore `plsc.bitcast`.',
         notes=('In jax 0.12.0, `plsc.bitcast` is `pltpu.bitcast(x, dtype, '
                'dim=-1)`, which TPU interpret mode runs, and `bitcast_p` of '
@@ -415,7 +412,7 @@ def changes_by_subject(manifest: manifest_lib.Manifest) -> dict[str, Change]:
       ``CHANGES`` that are not backports, in order.
   """
   newest = drift.newest_series(manifest)
-  own = [c for c in CHANGES if c.upstream_since is None]
+  own = [c for c in CHANGES if c.prefix is not None]
   prefixes = [p.name[:4] for p in newest.patches]
   if prefixes != [c.prefix for c in own]:
     raise errors.PatchDataError(
@@ -423,7 +420,7 @@ def changes_by_subject(manifest: manifest_lib.Manifest) -> dict[str, Change]:
         f'{", ".join(str(c.prefix) for c in own)}: update CHANGES.')
   by_subject = {p.subject: c for p, c in zip(newest.patches, own)}
   for c in CHANGES:
-    if c.upstream_since is not None:
+    if c.prefix is None:
       assert c.subject is not None
       by_subject[c.subject] = c
   return by_subject
@@ -463,11 +460,14 @@ def carried_test_files(manifest: manifest_lib.Manifest,
   files = set()
   for patch in series.patches:
     files.update(t.file for t in _change_of(by_subject, series, patch).tests)
+  # Backports that the releases of `series` have upstream.
   oldest = manifest_lib.version_key(series.name[len('jax-'):])
-  for c in CHANGES:
-    if c.upstream_since is not None and (
-        oldest >= manifest_lib.version_key(c.upstream_since)):
-      files.update(t.file for t in c.tests)
+  for s in manifest.series.values():
+    for patch in s.patches:
+      if patch.applied_upstream is not None and (
+          oldest >= manifest_lib.version_key(patch.applied_upstream)):
+        files.update(
+            t.file for t in _change_of(by_subject, s, patch).tests)
   return frozenset(files)
 
 

@@ -14,7 +14,6 @@ fails when it is stale.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Sequence
 
 from migration import check
@@ -84,10 +83,9 @@ def features(manifest: manifest_lib.Manifest) -> list[Feature]:
     for p in s.patches:
       if all(f.subject != p.subject for f in out):
         description = p.dep3.get('Description') or p.subject
-        applied = p.dep3.get('Applied-Upstream', '')
-        out.append(Feature(
-            len(out) + 1, p.subject, ' '.join(description.split()),
-            applied if re.fullmatch(r'\d+(\.\d+)+', applied) else None))
+        out.append(Feature(len(out) + 1, p.subject,
+                           ' '.join(description.split()),
+                           p.applied_upstream))
   return out
 
 

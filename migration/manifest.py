@@ -48,6 +48,17 @@ class Patch:
   subject: str
   dep3: dict[str, str]
 
+  @property
+  def applied_upstream(self) -> str | None:
+    """The jax release that has this change upstream, for a backport.
+
+    That is its DEP-3 ``Applied-Upstream`` when it is a release number (the
+    other patches say ``no``); the series for that release and later ones
+    have no such patch.
+    """
+    value = self.dep3.get('Applied-Upstream', '')
+    return value if re.fullmatch(r'\d+(\.\d+)+', value) else None
+
 
 @dataclasses.dataclass(frozen=True)
 class Series:

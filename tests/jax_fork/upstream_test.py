@@ -447,7 +447,7 @@ class UpstreamExportTest(absltest.TestCase):
     self.assertLen(patches, len(to_export))
     # The newest release has the backports (0043) upstream: its series
     # exports the other changes.
-    own = [c for c in upstream.CHANGES if c.upstream_since is None]
+    own = [c for c in upstream.CHANGES if c.prefix is not None]
     self.assertEqual([p.name[:4] for p in to_export],
                      [c.prefix for c in own])
     self.assertLen(to_export, 43)
@@ -489,7 +489,7 @@ class UpstreamExportTest(absltest.TestCase):
     # code for older releases, and upstream's own test is kept.
     ours = set()
     for change in upstream.CHANGES:
-      if change.upstream_since is not None:
+      if change.prefix is None:
         continue  # a backport: the newest release has it upstream
       for test in change.tests:
         with open(os.path.join(TESTS_DIR, test.file)) as f:
@@ -560,7 +560,7 @@ class UpstreamExportTest(absltest.TestCase):
         self.assertGreaterEqual(len(files), len(maintenance))
     # A backport's tests run where its patch is and where upstream has the
     # change (0.12.0 has both backports'), not on the maintenance-only series.
-    backports = [c for c in upstream.CHANGES if c.upstream_since]
+    backports = [c for c in upstream.CHANGES if c.prefix is None]
     self.assertLen(backports, 2)
     for backport in backports:
       (backport_file,) = {t.file for t in backport.tests}
