@@ -61,11 +61,13 @@ UPSTREAM_DISTRIBUTED_TEST = (
     os.path.join(TEST_DIR, 'tpu_pallas_interpret_distributed_test.py'),
     'InterpretDistributedTest')
 # The only paths an exported commit may touch: the interpreter, the PRNG
-# primitives (0042) and the BUILD file of their target. No changelog:
+# primitives (0042), the lowering of jitted functions (0044) and the BUILD
+# file of their targets. No changelog:
 # upstream's interpreter commits add none, and entries of stacked PRs would
 # conflict.
 ALLOWED_PATHS = ('jax/_src/pallas/mosaic/interpret/', 'jax/_src/random/prng.py',
-                 'jax/_src/BUILD', 'tests/pallas/')
+                 'jax/_src/interpreters/mlir.py', 'jax/_src/BUILD',
+                 'tests/pallas/')
 
 # The tests also run on older jax releases. The code that only those need is
 # fenced by these comment lines; inside a fence, a comment
@@ -167,6 +169,7 @@ _RANDOM_IMPL = 'tpu_pallas_interpret_random_impl_test.py'
 _CORE_DEVICE_ID = 'tpu_pallas_interpret_core_device_id_test.py'
 _DYNAMIC_GRID = 'tpu_pallas_interpret_dynamic_grid_test.py'
 _SPARSECORE_BITCAST = 'tpu_pallas_interpret_sparsecore_bitcast_test.py'
+_HOST_DMA = 'tpu_pallas_interpret_host_dma_test.py'
 
 
 def _tests(file: str, name: str,
@@ -375,6 +378,10 @@ CHANGES = (
     Change(
         prefix='0043',
         tests=_tests(_DYNAMIC_GRID, 'InterpretDynamicGridTest'),
+    ),
+    Change(
+        prefix='0044',
+        tests=_tests(_HOST_DMA, 'InterpretHostDmaTest'),
     ),
     Change(
         prefix=None,
