@@ -75,7 +75,10 @@ class FaultTest(absltest.TestCase):
       raise absltest.SkipTest(
           'the fault suite runs once, for the newest served release')
     cls.series = cls.manifest.series_for(VERSION)
-    cls.files = list(cls.series.files)
+    # In the order apply replaces them (the manifest's, by path), so that
+    # files[-1] is the last one replaced.
+    cls.files = list(cls.series.hashes[VERSION])
+    assert sorted(cls.files) == sorted(cls.series.files)
     cls.wheel = wheels.pristine_wheel(VERSION)
     # The target: a venv without pip, jax installed into its site-packages;
     # the tool runs with absl and filelock only.
