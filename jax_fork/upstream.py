@@ -170,6 +170,7 @@ _CORE_DEVICE_ID = 'tpu_pallas_interpret_core_device_id_test.py'
 _DYNAMIC_GRID = 'tpu_pallas_interpret_dynamic_grid_test.py'
 _SPARSECORE_BITCAST = 'tpu_pallas_interpret_sparsecore_bitcast_test.py'
 _HOST_DMA = 'tpu_pallas_interpret_host_dma_test.py'
+_REVISIT_ANY = 'tpu_pallas_interpret_revisit_test.py'
 
 
 def _tests(file: str, name: str,
@@ -382,6 +383,10 @@ CHANGES = (
     Change(
         prefix='0044',
         tests=_tests(_HOST_DMA, 'InterpretHostDmaTest'),
+    ),
+    Change(
+        prefix='0045',
+        tests=_tests(_REVISIT_ANY, 'InterpretRevisitAnyTest'),
     ),
     Change(
         prefix=None,
