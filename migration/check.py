@@ -184,7 +184,8 @@ def check_version(manifest, version: str,
     UnsupportedError: no such jax release on the package index.
     EnvironmentProblem: git is missing or the wheel cannot be fetched.
   """
-  wheel = wheels.pristine_wheel(version, wheel_dirs)  # Validates `version`.
+  wheel = wheels.pristine_wheel(  # Validates `version`.
+      version, wheel_dirs, sha256=manifest.wheel_sha256(version))
   series = manifest.series_for(version) or manifest.series_near(version)
   with tempfile.TemporaryDirectory(prefix='jax-interpret-check-') as tmp:
     wheels.extract(wheel, series.files, tmp)

@@ -38,22 +38,34 @@ repository).
 Exit codes:
   0  success, or nothing to do
   1  internal error (a bug in this tool)
-  2  usage error (also --version that is not a release number, and a
-     maintainers' command, which python -m jax_fork runs)
-  3  jax not installed, or its version is not served by this release (or
-     not a jax release at all, e.g. 1.0a1)
-  4  target files locally modified, a patch does not apply (conflict; for
-     check: some patch conflicts), or a file changed since an interrupted
-     run; nothing was changed
-  5  environment problem: git or the wheel package missing, a target file
-     that cannot be replaced (immutable, read-only mount), site-packages or
-     the state directory read-only or full, $TMPDIR too small, the lock
-     path not a file, a state folder or file that is a link, FIFO or
+  2  usage error (also --version that is not a release number, a relative
+     JAX_INTERPRET_PATCHES_STATE_DIR, a flag the command does not take (apply
+     --all), --lock_timeout that is not a finite number >= 0, a --readme that
+     is missing, a link, not a regular file, not UTF-8 or without the table's
+     markers, and a maintainers' command, which python -m jax_fork runs)
+  3  jax not installed, or its version is not served by this release (or not a
+     jax release at all, e.g. 1.0a1)
+  4  target files locally modified (also a link, FIFO or device in place of
+     one), a patch does not apply (conflict; for check: some patch conflicts),
+     a file changed since an interrupted run, or by another process while this
+     run replaced the files (kept as it is, the other files put back), or
+     temporary files of a killed run whose journal is in another state root;
+     nothing was changed
+  5  environment problem: apply or revert run by another user than the owner of
+     site-packages/jax (root too: sudo -u OWNER), a folder it writes in (or one
+     above it) that another user can change, a __pycache__ that is a link, git
+     or the wheel package missing, git killed by a signal (e.g. ulimit -f), a
+     target file that cannot be replaced (immutable, read-only mount), site-
+     packages or the state directory read-only or full, $TMPDIR too small, the
+     lock path not a file, a state folder or file that is a link, FIFO or
      device, or another user's or writable by one, a wheel that cannot be
-     downloaded or cached, a truncated wheel in --wheel_dir, wheel -o DIR
-     that cannot take the wheel (a file, read-only, immutable, full, a
-     folder at the wheel's name), a --python that reports no usable
-     environment; nothing was changed
+     downloaded or cached, a truncated or corrupt wheel in --wheel_dir, or one
+     whose sha256 is not the released wheel's (a corrupt one in the cache, when
+     apply --force or revert needs it), wheel -o DIR that cannot take the wheel
+     (a file, read-only, immutable, full, a folder at the wheel's name), a
+     --readme that cannot be read or rewritten, an environment whose installed
+     packages cannot be read (a path longer than PATH_MAX) or a --python that
+     reports no usable environment; nothing was changed
   6  another run holds the lock
   7  patch data problem: a patch file corrupted or edited, the manifest
      missing, malformed, edited by hand or out of date, a path outside
@@ -63,6 +75,11 @@ Exit codes:
      stopped by SIGHUP, SIGINT (Ctrl-C) or SIGTERM (128 + the signal's
      number) after finishing or undoing the step in progress: jax is
      pristine or fully patched, no partial file is left
+
+A report that cannot be written to stdout (a full disk, /dev/full) does not
+undo the command's work (apply may have patched jax): a note goes to stderr
+and the exit code is the command's, 5 in place of 0. A reader that goes away
+(| head) changes nothing.
 
 Flags may be written with - or _ (--dry-run, --dry_run); -o DIR is
 --output_dir=DIR.
@@ -76,6 +93,7 @@ JAX_INTERPRET_PATCHES_CACHE (wheel cache root).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
@@ -137,6 +155,25 @@ _README = flags.DEFINE_string(
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', 'dist',
     'wheel: the directory for the wheel (-o).')
+flags.register_validator(
+    'lock_timeout', lambda v: math.isfinite(v) and v >= 0,
+    'must be a finite number of seconds, 0 or more.')
+flags.register_validator(
+    'output_dir', bool, 'needs a folder (-o DIR).')
+
+# The commands of python -m migration that take each of its flags; the
+# others refuse it (exit 2). --json, --patches_dir and --python: all.
+FLAG_COMMANDS = {
+    'lock_timeout': ('apply', 'revert'),
+    'wheel_dir': ('check', 'apply', 'revert', 'wheel'),
+    'dry_run': ('apply', 'revert'),
+    'verbose': ('apply', 'revert'),
+    'force': ('apply',),
+    'version': ('check', 'wheel'),
+    'all': ('check',),
+    'readme': ('check',),
+    'output_dir': ('wheel',),
+}
 
 _HELP_ARGS = ('-h', '-?', '--help', '--helpshort', '--helpfull')
 _MODULE_PROG = 'python -m migration'
@@ -212,10 +249,15 @@ def parse_flags(argv: list[str],
     The arguments that are not flags, ``argv[0]`` first.
   """
   if any(a in _HELP_ARGS for a in argv[1:]):
-    _emit((usage or _usage)().rstrip('\n'), sys.stdout)
-    sys.exit(int(errors.ExitCode.OK))
+    error = _emit((usage or _usage)().rstrip('\n'), sys.stdout)
+    sys.exit(_unwritten('--help', error) if error
+             else int(errors.ExitCode.OK))
   try:
     remaining = flags.FLAGS(_normalize(argv))
+  except SystemExit:
+    # absl's own help flags (--helpxml, --help=true) print their help and
+    # exit 1, which means a bug here.
+    sys.exit(int(errors.ExitCode.OK))
   except flags.Error as e:
     _emit(f'Error (usage, exit code 2): {e}\n'
           f'Run {prog()} --help for usage.', sys.stderr)
@@ -288,12 +330,14 @@ def _check(patches_dir: str) -> tuple[int, str]:
   versions = parse_versions(_VERSION.value)
   if _ALL.value and versions:
     raise errors.UsageError('Pass --version or --all, not both.')
+  if _README.value and not _ALL.value:
+    raise errors.UsageError('--readme needs --all.')
+  if _README.value:
+    compat.read_readme(_README.value)  # Refused before the work.
   if _ALL.value:
     versions = manifest.served_versions()
   elif not versions:
     versions = [_installed_version()]
-  if _README.value and not _ALL.value:
-    raise errors.UsageError('--readme needs --all.')
   wheel_dirs = tuple(_WHEEL_DIR.value)
   results = check.check_versions(manifest, versions, wheel_dirs)
   features = compat.features(manifest)
@@ -301,13 +345,11 @@ def _check(patches_dir: str) -> tuple[int, str]:
   data = report.check_dict(results, table, features)
   code = data['exit_code']
   if _README.value:
-    with open(_README.value, encoding='utf-8') as f:
-      before = f.read()
+    before = compat.read_readme(_README.value)  # As it is now.
     after = compat.replace_block(before, compat.markdown(features, table),
                                  _README.value)
     if after != before:
-      with open(_README.value, 'w', encoding='utf-8') as f:
-        f.write(after)
+      compat.write_readme(_README.value, after)
     data['readme'] = {'path': _README.value, 'changed': after != before}
   if _JSON.value:
     return code, report.to_json(data)
@@ -349,26 +391,56 @@ def _apply_or_revert(command: str, patches_dir: str) -> tuple[int, str]:
   return 0, report.result_text(result, table=_VERBOSE.value)
 
 
-def _emit(text: str, stream) -> None:
+def _emit(text: str, stream) -> OSError | None:
   """Prints `text`; a reader that went away (`| head`) is not an error.
 
   The command has already done its work, so its exit code stands. As the
   Python documentation recommends for SIGPIPE, the rest of the output goes to
-  os.devnull, so that the interpreter's final flush does not fail either. A
-  stream that was closed when Python started (None) gets nothing; text that
-  the stream's encoding cannot take (a path that is not UTF-8) is written
-  with backslash escapes.
+  os.devnull, so that the interpreter's final flush does not fail either;
+  so it does after any other write error (a full disk, /dev/full), which is
+  returned, never raised. A stream that was closed when Python started
+  (None) gets nothing; text that the stream's encoding cannot take (a path
+  that is not UTF-8) is written with backslash escapes.
+
+  Returns:
+    The error that kept ``text`` from being written; None if it was
+    written or its reader went away.
   """
   if stream is None:  # Closed when Python started: print() would use stdout.
-    return
+    return None
   try:
     try:
       print(text, file=stream, flush=True)
     except UnicodeEncodeError:  # E.g. a path that is not UTF-8.
       print(text.encode('ascii', 'backslashreplace').decode('ascii'),
             file=stream, flush=True)
-  except BrokenPipeError:
-    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+  except OSError as e:
+    try:
+      null = os.open(os.devnull, os.O_WRONLY)
+      os.dup2(null, stream.fileno())
+      os.close(null)
+    except (OSError, ValueError):  # No file descriptor (a StringIO).
+      pass
+    return None if isinstance(e, BrokenPipeError) else e
+  return None
+
+
+def _unwritten(command: str, error: OSError, code: int = 0) -> int:
+  """Says on stderr that the report of ``command`` could not be written.
+
+  Args:
+    command: the command (or ``--help``).
+    error: why stdout did not take it (``_emit``).
+    code: the command's exit code.
+
+  Returns:
+    The exit code: ``code``, 5 (environment) in place of 0.
+  """
+  code = code or errors.ExitCode.ENVIRONMENT
+  _emit(f'Error (environment, exit code {int(code)}): cannot write the '
+        f'report of {prog()} {command} to stdout ({error}); the command has '
+        'finished, only its report is lost.', sys.stderr)
+  return int(code)
 
 
 def execute(command: str, run_command: Callable[[], tuple[int, str]]
@@ -388,9 +460,10 @@ def execute(command: str, run_command: Callable[[], tuple[int, str]]
   """
   try:
     code, out = run_command()
+    interrupt.raise_pending()  # One that came during a finalizer.
     interrupt.hold()  # Done: a signal from now on changes nothing.
-    _emit(out, sys.stdout)
-    return code
+    failure = _emit(out, sys.stdout)
+    return _unwritten(command, failure, code) if failure else code
   except errors.MigrationError as e:
     error, code = e, e.exit_code
   except interrupt.Interrupted as e:
@@ -400,9 +473,10 @@ def execute(command: str, run_command: Callable[[], tuple[int, str]]
       traceback.print_exc()
     error, code = e, errors.ExitCode.INTERNAL
   interrupt.hold()
-  if _JSON.value:
-    _emit(report.to_json(report.error_dict(command, error, code)), sys.stdout)
-  else:
+  # The JSON report goes to stdout; where stdout does not take it (a full
+  # disk), the error goes to stderr as without --json.
+  if not _JSON.value or _emit(
+      report.to_json(report.error_dict(command, error, code)), sys.stdout):
     _emit(_named(report.error_text(error, code)), sys.stderr)
   return int(code)
 
@@ -416,6 +490,13 @@ def _run(args: list[str]) -> tuple[int, str]:
     raise errors.UsageError(
         f'Expected one command out of {", ".join(COMMANDS)}; got '
         f'{" ".join(args) or "none"}. Run {prog()} --help.')
+  for name, commands in FLAG_COMMANDS.items():
+    if flags.FLAGS[name].present and command not in commands:
+      which = ' and '.join((', '.join(commands[:-1]), commands[-1])
+                           if len(commands) > 1 else commands)
+      raise errors.UsageError(
+          f'--{name} is only for {which}; {prog()} {command} does not take '
+          f'it. Run {prog()} --help.')
   patches_dir = manifest_lib.locate_patches_dir(_PATCHES_DIR.value)
   if command == 'status':
     return _status(patches_dir)
@@ -452,8 +533,8 @@ def run() -> None:
   # python -m jax_fork's.
   command = next((a for a in sys.argv[1:] if a in MOVED), None)
   if command:
-    sys.stderr.write(
-        f'Error (usage, exit code 2): {moved_message(command)}\n')
+    _emit(f'Error (usage, exit code 2): {moved_message(command)}',
+          sys.stderr)
     sys.exit(int(errors.ExitCode.USAGE))
   with interrupt.exit_on_signal():
     # tempfile's first call writes and removes a probe file in $TMPDIR: not

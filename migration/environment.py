@@ -56,6 +56,8 @@ class Environment:
       ``0.12.0.1+interpret.1`` for a patched wheel; None if not installed.
     python: the target interpreter's executable.
     purelib: the target's site-packages for pure-Python packages.
+    jax_root: ``site_packages/jax`` with links resolved (the install's
+      identity, and where its files are read and written), or None.
   """
   python_version: str
   jax_version: str | None
@@ -65,6 +67,7 @@ class Environment:
   dist_version: str | None = None
   python: str | None = None
   purelib: str | None = None
+  jax_root: str | None = None
 
   @property
   def jax_installed(self) -> bool:
@@ -90,9 +93,10 @@ class Environment:
     """
     assert self.site_packages is not None
     fsutil.check_relpath(relpath, 'The patch data')
-    out = os.path.join(self.site_packages, *relpath.split('/'))
-    if not fsutil.inside(os.path.dirname(out),
-                         os.path.join(self.site_packages, 'jax')):
+    # Under the resolved jax folder, not through a link to it.
+    top = self.jax_root or os.path.join(self.site_packages, 'jax')
+    out = os.path.join(top, *relpath.split('/')[1:])
+    if not fsutil.inside(os.path.dirname(out), top):
       raise errors.PatchDataError(
           f'{relpath} resolves to {os.path.realpath(out)}, outside '
           f'{self.site_packages}/jax (a link?); nothing was changed.')
@@ -145,30 +149,52 @@ def _check_report(data: object, source: str) -> dict:
 
 
 def _from_probe(data: dict) -> Environment:
+  """The environment of a probe's report, its folders with links resolved.
+
+  Resolved once, here: every later path is built from these, so a link on
+  the way to site-packages that someone swaps after the checks
+  (``trust``) does not redirect the tool's writes.
+  """
   jax = data['jax']
+  site = data['site_packages']
   return Environment(
       python_version=data['python'],
       jax_version=split_label(jax)[0] if jax else None,
       jaxlib_version=data['jaxlib'],
-      site_packages=data['site_packages'],
+      site_packages=os.path.realpath(site) if site else None,
       record=dict(data['record']),
       dist_version=jax,
       python=data['executable'],
-      purelib=data['purelib'],
+      purelib=os.path.realpath(data['purelib']),
+      jax_root=(os.path.realpath(os.path.join(site, 'jax')) if site
+                else None),
   )
 
 
 def _probe_subprocess(python: str) -> dict:
-  """Runs ``targetenv.probe()`` in the interpreter ``python``."""
+  """Runs ``targetenv.probe()`` in the interpreter ``python``.
+
+  ``python`` is made absolute against the current directory first (a bare
+  name too, never looked up on PATH): the file checked is the one run,
+  although the probe runs in ``/``.
+  """
+  try:
+    python = os.path.abspath(python)
+  except OSError as e:  # A relative path, and the current folder is gone.
+    raise errors.UsageError(
+        f'--python={python}: the current directory is gone ({e}); pass an '
+        'absolute path.') from e
   if not (os.path.isfile(python) and os.access(python, os.X_OK)):
     raise errors.UsageError(
         f'--python={python}: not an executable file.')
   source = inspect.getsource(targetenv)
   try:
     # cwd=/ so that nothing in the current directory shadows a module.
-    proc = subprocess.run([python, '-c', source], cwd='/',
-                          capture_output=True, text=True, timeout=60,
-                          check=False)
+    # -I -S: nothing of the environment runs in the probe (its .pth
+    # files, PYTHON* variables): it may be another user's (targetenv).
+    proc = subprocess.run([python, '-I', '-S', '-c', source], cwd='/',
+                          capture_output=True, encoding='utf-8',
+                          errors='replace', timeout=60, check=False)
   except (OSError, subprocess.TimeoutExpired) as e:
     raise errors.EnvironmentProblem(
         f'Cannot run {python} to inspect its environment: {e}') from e
@@ -188,8 +214,9 @@ def detect(python: str | None = None) -> Environment:
   """Describes the environment of the running Python or of ``python``.
 
   Args:
-    python: the executable of another Python environment to inspect; None
-      for the running one. jax is never imported in either.
+    python: the executable of another Python environment to inspect, a
+      relative path (or a bare name) taken against the current directory,
+      not PATH; None for the running one. jax is never imported in either.
 
   Returns:
     The detected environment; ``jax_version`` is None if jax is absent.

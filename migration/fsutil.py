@@ -12,6 +12,7 @@ removes those whose process is gone.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import glob
@@ -64,8 +65,12 @@ def check_relpath(relpath: object, what: str) -> str:
 
 
 def inside(path: str, root: str) -> bool:
-  """Whether ``path``, links resolved, is ``root`` or below it."""
-  real, top = os.path.realpath(path), os.path.realpath(root)
+  """Whether ``path``, links resolved, is ``root`` or below it (False if
+  the links cannot be resolved, e.g. while they change)."""
+  try:
+    real, top = os.path.realpath(path), os.path.realpath(root)
+  except OSError:
+    return False
   return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
 
@@ -77,16 +82,81 @@ def is_regular(path: str) -> bool:
     return False
 
 
-def sha256_nofollow(path: str) -> str | None:
-  """The hex sha256 of regular file ``path``; None if absent or a link."""
+def sha256_nofollow(path: str, limit: int = 64 << 20) -> str | None:
+  """The hex sha256 of regular file ``path``.
+
+  Opened with ``O_NOFOLLOW | O_NONBLOCK``, so a FIFO never blocks.
+
+  Args:
+    path: the file.
+    limit: the most bytes read; a larger file gives ``'larger than LIMIT
+      bytes'``, which matches no sha256.
+
+  Returns:
+    The hex digest; None if ``path`` is absent, a link, or not a regular
+    file (a FIFO, device or folder).
+  """
   try:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
   except OSError:
     return None
-  with os.fdopen(fd, 'rb') as f:
-    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+  try:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
       return None
-    return hashlib.sha256(f.read()).hexdigest()
+    with os.fdopen(fd, 'rb', closefd=False) as f:
+      data = f.read(limit + 1)
+  finally:
+    os.close(fd)
+  if len(data) > limit:
+    return f'larger than {limit} bytes'
+  return hashlib.sha256(data).hexdigest()
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _renameat2():
+  """libc's renameat2, or None where it is missing (glibc < 2.28)."""
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = libc.renameat2
+  except (OSError, AttributeError):
+    return None
+  fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                 ctypes.c_char_p, ctypes.c_uint]
+  fn.restype = ctypes.c_int
+  return fn
+
+
+def exchange(a: str, b: str) -> bool:
+  """Swaps the files at paths ``a`` and ``b`` in one atomic step.
+
+  Linux's ``renameat2(RENAME_EXCHANGE)``: both names exist throughout, and
+  afterwards each holds what the other held. Links are swapped as they
+  are, never followed.
+
+  Args:
+    a: an existing file.
+    b: an existing file, on the same file system.
+
+  Returns:
+    True if swapped; False where the system or file system cannot
+    (``ENOSYS``, ``EINVAL``; nothing was changed).
+
+  Raises:
+    OSError: the swap failed otherwise (e.g. ``EPERM``, ``ENOENT``).
+  """
+  fn = _renameat2()
+  if fn is None:
+    return False
+  if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b),
+        _RENAME_EXCHANGE) == 0:
+    return True
+  err = ctypes.get_errno()
+  if err in (errno.ENOSYS, errno.EINVAL):
+    return False
+  raise OSError(err, os.strerror(err), a, None, b)
 
 
 def fsync_dir(directory: str) -> None:
@@ -237,10 +307,25 @@ def scratch(kind: str) -> Iterator[str]:
     with interrupt.deferred():  # Not cut short by a signal.
       try:
         if d is not None:
-          shutil.rmtree(d)  # Still locked while it goes.
+          _rmtree_lock_last(d)  # Still locked while it goes.
       finally:
         if fd >= 0:
           os.close(fd)
+
+
+def _rmtree_lock_last(d: str) -> None:
+  """Removes scratch directory ``d``, its ``OWNER_LOCK`` last: a removal
+  that fails half-way (``EMFILE``, ...) leaves an owned directory, which a
+  later ``sweep_scratch`` removes, not an unowned one it keeps for a day."""
+  for name in os.listdir(d):
+    if name == OWNER_LOCK:
+      continue
+    path = os.path.join(d, name)
+    if os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path)
+    else:
+      os.remove(path)
+  shutil.rmtree(d)
 
 
 def _alive(pid: int) -> bool:

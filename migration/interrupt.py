@@ -9,7 +9,10 @@ revert, and the settling of an interrupted run, which replace files in
 site-packages) a signal is only noted and raised when the block ends, so
 the step in progress finishes (or, on an error, is rolled back as usual).
 Removing a temporary file or a scratch directory (``fsutil``) defers a
-signal too, so cleanup is not cut short. Once the run's outcome is decided,
+signal too, so cleanup is not cut short. A signal that comes while Python
+runs a finalizer (``__del__``), where an exception would only be printed
+and dropped, is noted too, and raised at the end of the next ``deferred()``
+block or by ``raise_pending`` before the run prints its outcome. Once the run's outcome is decided,
 ``hold`` blocks the signals, so a run that printed success exits 0.
 
 A signal that comes before ``python -m migration`` runs its first line
@@ -52,14 +55,39 @@ class Interrupted(BaseException):
         'migration status says which) and no partial file is left.')
 
 
+def _in_finalizer(frame) -> bool:
+  """Whether ``frame`` runs inside a ``__del__`` method.
+
+  An exception raised there is not propagated: Python prints it as
+  "Exception ignored in ..." with a traceback and goes on.
+  """
+  while frame is not None:
+    if frame.f_code.co_name == '__del__':
+      return True
+    frame = frame.f_back
+  return False
+
+
 def _handler(signum: int, frame) -> None:
-  del frame
   global _pending
-  if _depth:
+  if _depth or _in_finalizer(frame):
     if _pending is None:
       _pending = signum
     return
   raise Interrupted(signum)
+
+
+def raise_pending() -> None:
+  """Raises ``Interrupted`` for a signal noted outside a ``deferred()``
+  block (one that came during a finalizer, e.g. ``subprocess.Popen``'s).
+
+  Raises:
+    Interrupted: such a signal is pending.
+  """
+  global _pending
+  if not _depth and _pending is not None:
+    signum, _pending = _pending, None
+    raise Interrupted(signum)
 
 
 def install() -> None:

@@ -57,18 +57,21 @@ class Entry:
 @dataclasses.dataclass(frozen=True)
 class Journal:
   """A run's journal: ``command`` is apply or revert; ``jax_dir`` the
-  install's site-packages/jax, links resolved (None in an older release's
-  journal)."""
+  install's site-packages/jax, links resolved, and ``dist_version`` its
+  jax distribution's version when the run started (each None in an older
+  release's journal)."""
   command: str
   phase: str
   entries: tuple[Entry, ...]
   record: dict | None
   jax_dir: str | None = None
+  dist_version: str | None = None
 
   def to_json(self) -> dict:
     return {'command': self.command, 'phase': self.phase,
             'files': [dataclasses.asdict(e) for e in self.entries],
-            'record': self.record, 'jax_dir': self.jax_dir}
+            'record': self.record, 'jax_dir': self.jax_dir,
+            'dist_version': self.dist_version}
 
 
 def path(sdir: str) -> str:
@@ -127,7 +130,10 @@ def parse(data: bytes, where: str, env: environment.Environment) -> Journal:
           raise ValueError(f'bad temporary file name {name!r}')
       entries.append(entry)
     journal = Journal(raw['command'], raw['phase'], tuple(entries),
-                      raw['record'], raw.get('jax_dir'))
+                      raw['record'], raw.get('jax_dir'),
+                      raw.get('dist_version'))
+    if not isinstance(journal.dist_version, (str, type(None))):
+      raise ValueError(f'bad dist_version {journal.dist_version!r}')
   except errors.PatchDataError as e:
     raise _bad(where, str(e)) from e
   except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -143,6 +149,57 @@ def parse(data: bytes, where: str, env: environment.Environment) -> Journal:
     raise _bad(where, f'it is the journal of {journal.jax_dir!r}, another '
                'install')
   return journal
+
+
+def adopt_moved(env: environment.Environment, sdir: str) -> str | None:
+  """Moves the journal of this install's run killed before a move here.
+
+  A moved or renamed venv has a new state folder (``statedir``); the
+  journal of a run killed before the move is in the folder of the old path,
+  in the same root. It is this install's when that path is gone and a
+  temporary file it names (a random name) is beside this install's files.
+  Call under the install's lock, when ``sdir`` has no journal.
+
+  Args:
+    env: the target environment.
+    sdir: this install's state folder.
+
+  Returns:
+    The path the journal was moved from, or None if none was found.
+
+  Raises:
+    OSError: it could not be moved.
+  """
+  root = os.path.dirname(sdir)
+  try:
+    names = sorted(os.listdir(root))
+  except OSError:
+    return None
+  for name in names:
+    other = os.path.join(root, name)
+    if other == sdir or not re.fullmatch(r'[0-9a-f]{16}', name):
+      continue
+    try:
+      data = statedir.read(path(other), env)
+      raw = json.loads(data) if data is not None else None
+    except (errors.MigrationError, ValueError):
+      continue
+    old_dir = raw.get('jax_dir') if isinstance(raw, dict) else None
+    if not isinstance(old_dir, str) or os.path.lexists(old_dir):
+      continue  # An older release's, or a live install's.
+    raw['jax_dir'] = statedir.jax_dir(env)
+    if isinstance(raw.get('record'), dict) and 'jax_dir' in raw['record']:
+      raw['record']['jax_dir'] = raw['jax_dir']
+    try:
+      journal = parse(json.dumps(raw).encode(), path(other), env)
+    except errors.MigrationError:
+      continue
+    if any(os.path.lexists(tmp_path(env, e, n)) for e in journal.entries
+           for n in (e.old_tmp, e.new_tmp) if n is not None):
+      write(sdir, journal)
+      os.remove(path(other))
+      return path(other)
+  return None
 
 
 def temp_paths(data: bytes, env: environment.Environment) -> list[str]:
@@ -179,26 +236,92 @@ def _feasible(env: environment.Environment, journal: Journal,
   return True
 
 
-def move(env: environment.Environment, journal: Journal, forward: bool,
-         kill_point=None) -> None:
-  """Brings every file to its ``new`` (or ``old``) content.
+class ChangedError(errors.ModifiedError):
+  """Another process changed a file while this run replaced the files."""
+
+  def __init__(self, relpath: str):
+    self.relpath = relpath
+    super().__init__(
+        f'{relpath} changed while the run was replacing jax\'s files (an '
+        'editor saving it, or a pip install?); it was left as it is now.')
+
+
+def _swap_in(target: str, src: str | None, have: str | None) -> None:
+  """Replaces ``target`` by file ``src`` (None: removes it) if it holds
+  ``have`` (None: absent) at that moment: compare and swap.
+
+  With ``renameat2(RENAME_EXCHANGE)`` the two are swapped in one step and
+  what was at ``target`` is checked afterwards at ``src``'s name, then
+  swapped back if it was not ``have``: a change saved by rename (editors,
+  pip) up to the swap is never lost. Elsewhere ``target`` is hashed just
+  before ``os.replace``. A new file is made with ``os.link``, which never
+  replaces one that appeared meanwhile.
 
   Raises:
+    ChangedError: ``target`` does not hold ``have``; it is left as it is.
+    OSError: the replace failed.
+  """
+  relpath = target
+  if have is None:
+    try:
+      os.link(src, target)
+    except FileExistsError as e:
+      raise ChangedError(relpath) from e
+    return
+  if src is not None and fsutil.exchange(src, target):
+    if fsutil.sha256_nofollow(src) != have:
+      fsutil.exchange(src, target)
+      raise ChangedError(relpath)
+    return
+  if fsutil.sha256_nofollow(target) != have:
+    raise ChangedError(relpath)
+  if src is None:
+    os.remove(target)
+  else:
+    os.replace(src, target)
+
+
+def move(env: environment.Environment, journal: Journal, forward: bool,
+         kill_point=None, strict: bool = True) -> tuple[str, ...]:
+  """Brings every file to its ``new`` (or ``old``) content.
+
+  Each replace is a compare and swap (``_swap_in``): a file is replaced
+  only while it holds the other end's content.
+
+  Args:
+    env: the target environment.
+    journal: the run's journal.
+    forward: to ``new`` (True) or back to ``old``.
+    kill_point: testing only: called after each file.
+    strict: whether a file at neither end (changed by another process)
+      stops the move (True) or is left as it is (False: undoing a run).
+
+  Returns:
+    The files left as they were, at neither end (only if not ``strict``).
+
+  Raises:
+    ChangedError: ``strict`` and a file is at neither end; the files
+      before it were moved.
     OSError: a replace failed; some files may be at either end.
   """
   entries = journal.entries if forward else tuple(reversed(journal.entries))
+  left = []
   for i, e in enumerate(entries, 1):
     target = env.path(e.path)
-    want, name = (e.new, e.new_tmp) if forward else (e.old, e.old_tmp)
+    have, want, name = ((e.old, e.new, e.new_tmp) if forward
+                        else (e.new, e.old, e.old_tmp))
     if fsutil.sha256_nofollow(target) != want:
-      if want is None:
-        os.remove(target)
-      else:
-        os.replace(tmp_path(env, e, name), target)
+      try:
+        _swap_in(target, tmp_path(env, e, name), have)
+      except ChangedError as err:
+        if strict:
+          raise ChangedError(e.path) from err
+        left.append(e.path)
     if kill_point:
       kill_point(f'{"replaced" if forward else "rolled-back"}-{i}')
   for d in {os.path.dirname(env.path(e.path)) for e in entries}:
     fsutil.fsync_dir(d)
+  return tuple(left)
 
 
 def remove_temps(env: environment.Environment, journal: Journal) -> None:
@@ -209,8 +332,14 @@ def remove_temps(env: environment.Environment, journal: Journal) -> None:
 
 
 def settle(env: environment.Environment, journal: Journal,
-           kill_point=None) -> bool:
+           kill_point=None, where: str = JOURNAL) -> bool:
   """Brings an interrupted run to one end; see the module docstring.
+
+  Args:
+    env: the target environment.
+    journal: the interrupted run's journal.
+    kill_point: testing only: called after each file.
+    where: the journal's path, for the messages.
 
   Returns:
     True if it rolled forward (the run completed), False if back.
@@ -235,7 +364,7 @@ def settle(env: environment.Environment, journal: Journal,
         f'{failure}. Make the files writable and run it again.')
   raise errors.ModifiedError(
       f'Cannot recover the interrupted {journal.command} recorded in the '
-      'journal: '
+      f'journal {where}: '
       + ', '.join(e.path for e in journal.entries)
       + ' changed since. Reinstall jax (pip install --force-reinstall '
-      f'--no-deps jax=={env.jax_version}) and delete the journal.')
+      f'--no-deps jax=={env.jax_version}), then delete {where}.')

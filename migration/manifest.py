@@ -15,15 +15,20 @@ hash of None means the file does not exist in that state. ``superseded``
 lists, per version and file, the sha256 of the file as earlier releases of
 this project patched it where the series has changed since, so that an
 install patched by one is updated rather than refused as locally modified.
+``wheel_sha256`` is the sha256 of the released wheel of the version
+(``Manifest.wheel_sha256``); ``wheels.pristine_wheel``, given it, refuses
+a wheel found under that name with another one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import os
 import re
+import stat
 
 from migration import errors
 from migration import fsutil
@@ -75,6 +80,8 @@ class Series:
     superseded: version -> file path -> the sha256 of the file fully patched
       by an earlier release of this project's series, where it differs from
       every state in ``hashes``.
+    wheel_sha256: version -> the sha256 of the released wheel (versions
+      whose entry has none are left out).
   """
   name: str
   directory: str
@@ -84,6 +91,7 @@ class Series:
       default_factory=dict)
   superseded: dict[str, dict[str, frozenset[str]]] = dataclasses.field(
       default_factory=dict)
+  wheel_sha256: dict[str, str] = dataclasses.field(default_factory=dict)
 
   def to_apply(self, version: str) -> list[Patch]:
     """Returns the patches to apply to ``version`` (upstream ones left out)."""
@@ -115,6 +123,15 @@ class Manifest:
       if version in s.hashes:
         return s
     return None
+
+  def wheel_sha256(self, version: str) -> str | None:
+    """Returns the sha256 of the released wheel of ``version``, or None.
+
+    None where the manifest names none (or does not serve ``version``).
+    ``wheels.pristine_wheel`` checks the wheel it finds against it.
+    """
+    series = self.series_for(version)
+    return None if series is None else series.wheel_sha256.get(version)
 
   def nearest_served(self, version: str) -> str:
     """Returns the served release nearest to ``version``.
@@ -156,13 +173,85 @@ def sha256_bytes(data: bytes | None) -> str | None:
   return None if data is None else hashlib.sha256(data).hexdigest()
 
 
-def sha256_path(path: str) -> str | None:
-  """Returns the hex sha256 of a file, or None if it does not exist."""
+# The most bytes a target file is read with: far more than any released
+# one has.
+FILE_LIMIT = 64 << 20
+# What ``sha256_path`` gives for a link, FIFO, device or folder, or a file
+# larger than ``FILE_LIMIT``: it matches no hash of the manifest.
+NOT_REGULAR = 'not a regular file'
+
+
+class NotRegularError(OSError):
+  """A path is a link, FIFO, device or folder, or a file too large."""
+
+
+def read_regular(path: str, limit: int = FILE_LIMIT) -> bytes | None:
+  """Reads regular file ``path``, never through a link, never blocking.
+
+  Opened with ``O_NOFOLLOW | O_NONBLOCK`` and read up to ``limit`` bytes: a
+  FIFO, a link to ``/dev/zero`` or a huge file is refused, not waited on or
+  read without end.
+
+  Args:
+    path: the file.
+    limit: the most bytes it may have.
+
+  Returns:
+    Its content; None if it does not exist.
+
+  Raises:
+    NotRegularError: it is a link (the last part of ``path``), not a
+      regular file, or larger than ``limit``.
+    OSError: it cannot be read.
+  """
   try:
-    with open(path, 'rb') as f:
-      return hashlib.sha256(f.read()).hexdigest()
-  except FileNotFoundError:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                 | os.O_CLOEXEC)
+  except (FileNotFoundError, NotADirectoryError):
     return None
+  except OSError as e:
+    if e.errno in (errno.ELOOP, errno.ENXIO):  # A link; a socket.
+      raise NotRegularError(e.errno, 'a link or socket', path) from e
+    raise
+  try:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+      raise NotRegularError(errno.EINVAL, 'a FIFO, device or folder', path)
+    with os.fdopen(fd, 'rb', closefd=False) as f:
+      data = f.read(limit + 1)
+  finally:
+    os.close(fd)
+  if len(data) > limit:
+    raise NotRegularError(errno.EFBIG, f'larger than {limit} bytes', path)
+  return data
+
+
+def copy_regular(src: str, dest: str) -> None:
+  """Copies regular file ``src`` (read by ``read_regular``) to ``dest``.
+
+  Raises:
+    OSError: ``src`` is missing or not a regular file (``NotRegularError``),
+      or a file cannot be read or written.
+  """
+  data = read_regular(src)
+  if data is None:
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), src)
+  with open(dest, 'wb') as f:
+    f.write(data)
+
+
+def sha256_path(path: str) -> str | None:
+  """Returns the hex sha256 of a file, or None if it does not exist.
+
+  A link, FIFO, device or folder, or a file larger than ``FILE_LIMIT``, is
+  never followed, waited on or read in full: it gives ``NOT_REGULAR``.
+
+  Raises:
+    OSError: it cannot be read.
+  """
+  try:
+    return sha256_bytes(read_regular(path))
+  except NotRegularError:
+    return NOT_REGULAR
 
 
 def locate_patches_dir(override: str | None = None) -> str:
@@ -374,8 +463,17 @@ def _parse(raw: dict, patches_dir: str, path: str,
     superseded = {
         v: _check_superseded(vraw.get('superseded', {}), f'{path}: {v}')
         for v, vraw in sraw['versions'].items()}
+    wheel_sha256 = {}
+    for v, vraw in sraw['versions'].items():
+      digest = vraw.get('wheel_sha256')
+      if digest is None:
+        continue
+      if not (isinstance(digest, str)
+              and re.fullmatch(r'[0-9a-f]{64}', digest)):
+        raise errors.PatchDataError(f'{path}: {v}: malformed wheel_sha256.')
+      wheel_sha256[v] = digest
     series[sname] = Series(sname, directory, tuple(patches), hashes,
-                           upstream, superseded)
+                           upstream, superseded, wheel_sha256)
   release = raw['release']
   if not isinstance(release, int) or isinstance(release, bool):
     raise ValueError(f'release {release!r} is not a number')

@@ -14,6 +14,7 @@ import datetime
 import os
 import tempfile
 import zipfile
+import zlib
 
 from absl import logging
 
@@ -75,12 +76,15 @@ class Plan:
 
 
 def read(path: str) -> bytes | None:
-  """Returns the content of file ``path``, or None if it does not exist."""
-  try:
-    with open(path, 'rb') as f:
-      return f.read()
-  except FileNotFoundError:
-    return None
+  """Returns the content of file ``path``, or None if it does not exist.
+
+  Raises:
+    manifest.NotRegularError: it is a link, FIFO, device or folder, or
+      larger than ``manifest.FILE_LIMIT`` (never followed, waited on or
+      read in full).
+    OSError: it cannot be read.
+  """
+  return manifest_lib.read_regular(path)
 
 
 def _read_kept(path: str, env: environment.Environment) -> bytes | None:
@@ -106,13 +110,22 @@ def _pristine_contents(env: environment.Environment,
     else:
       missing.append(path)
   if missing:
-    wheel = wheels.pristine_wheel(env.jax_version, wheel_dirs)
+    wheel = wheels.pristine_wheel(
+        env.jax_version, wheel_dirs,
+        sha256=series.wheel_sha256.get(env.jax_version))
     try:
       with zipfile.ZipFile(wheel) as zf:
         for path in missing:
           out[path] = zf.read(path)
-    except (OSError, KeyError, zipfile.BadZipFile) as e:
-      raise errors.EnvironmentProblem(f'Cannot read {wheel}: {e}') from e
+    except (OSError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile,
+            zlib.error) as e:
+      # A member whose data is corrupt: zlib.error, EOFError, a bad CRC
+      # (BadZipFile); an unknown compression (NotImplementedError, a
+      # RuntimeError) or an encrypted member (RuntimeError).
+      raise errors.EnvironmentProblem(
+          f'Cannot read {wheel}: {e}. It is truncated or corrupt: remove '
+          'it, or replace it with the released wheel. Nothing was '
+          'changed.') from e
     for path in missing:
       if manifest_lib.sha256_bytes(out[path]) != expected[path][0]:
         raise errors.PatchDataError(
@@ -282,7 +295,14 @@ def make(command: str, before: state.Status, sdir: str, release: int,
                             state.Overall.PARTLY_PATCHED,
                             state.Overall.OUTDATED):
     rec = None
-  old = {f.path: read(env.path(f.path)) for f in before.files}
+  try:
+    old = {f.path: read(env.path(f.path)) for f in before.files}
+  except manifest_lib.NotRegularError as e:
+    raise errors.ModifiedError(
+        f'{e.filename} is {e.strerror}, not a file of jax: locally '
+        f'modified, and nothing {command} could set aside or restore. '
+        'Nothing was changed. Remove it, then reinstall jax: pip install '
+        f'--force-reinstall --no-deps jax=={env.jax_version}') from e
   modified = before.overall in (state.Overall.LOCALLY_MODIFIED,
                                 state.Overall.MIXED)
   if modified and not force:

@@ -151,7 +151,7 @@ def _try_patches(env: environment.Environment, series: manifest_lib.Series,
       if os.path.exists(env.path(f)):
         dest = os.path.join(tmp, *f.split('/'))
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        shutil.copyfile(env.path(f), dest)
+        manifest_lib.copy_regular(env.path(f), dest)
     for p in reversed(patches):
       if gitapply.try_apply(p.path, tmp, reverse=True, check_only=False)[0]:
         found[p.name] = PatchState.APPLIED

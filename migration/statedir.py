@@ -18,14 +18,25 @@ random), a record when it names the installed jax version and the install is
 (partly) patched, as the apply that wrote it left it. Until then, status and
 dry runs read them where they are (``legacy_claims``).
 
-Safety: the root and the install folder are created 0700, files 0600,
-whatever the umask; when root runs for another user's install, they are
-given to the owner of site-packages/jax afterwards (``give_to_owner``). A
-root or install folder that is a link, or that another user owns (other
-than root and the owner of site-packages/jax) or can write, is refused
-with exit code 5 before anything is written. State files are opened with
-``O_NOFOLLOW | O_NONBLOCK`` and must be regular files of such an owner and
-mode, and of bounded size (``read``): a link, FIFO or device is refused
+Locks: a run that changes an install takes the install's own lock first, an
+``flock`` of site-packages/jax itself (``install_locked``), so that runs
+reaching one install through other paths, links or state roots exclude each
+other; then the lock file in the install's folder (``locked``), which older
+releases take.
+
+A moved or renamed venv gets a new key. A journal of a run killed before
+the move stays in the folder of the old key (the root moves with the venv);
+``adopt_moved_journal`` moves it into the new folder when it is provably
+this install's: its install's old path is gone and a temporary file it
+names is beside this install's files.
+
+Safety: only the owner of site-packages/jax changes it (``trust``). The
+root and the install folder are created 0700, files 0600, whatever the
+umask. A root or install folder that is a link, or that another user owns
+(other than root and the owner of site-packages/jax) or can write, is
+refused with exit code 5 before anything is written. State files are opened
+with ``O_NOFOLLOW | O_NONBLOCK`` and must be regular files of such an owner
+and mode, and of bounded size (``read``): a link, FIFO or device is refused
 (exit 5) without blocking; a file too large is unusable (exit 7).
 """
 
@@ -33,16 +44,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import grp
+import fcntl
 import hashlib
 import json
 import os
-import pwd
 import stat
+import sys
+import time
 from typing import Callable
 
 from migration import environment
 from migration import errors
+from migration import trust
 
 STATE_DIR_ENV = 'JAX_INTERPRET_PATCHES_STATE_DIR'
 RECORD = 'applied.json'
@@ -55,10 +68,20 @@ FILE_LIMIT = 64 << 20
 
 
 def root_dir(env: environment.Environment) -> str:
-  """Returns the state root of ``env`` (see the module docstring)."""
+  """Returns the state root of ``env`` (see the module docstring).
+
+  Raises:
+    UsageError: ``$JAX_INTERPRET_PATCHES_STATE_DIR`` is not absolute.
+  """
   override = os.environ.get(STATE_DIR_ENV)
   if override:
-    return os.path.abspath(override)
+    if not os.path.isabs(override):
+      # Relative to the current folder, it would name another root (and
+      # another journal) in every folder the tool is run from.
+      raise errors.UsageError(
+          f'{STATE_DIR_ENV}={override} is not an absolute path; set it to '
+          'one (e.g. "$PWD/..."). Nothing was changed.')
+    return os.path.normpath(override)
   site = env.site_packages or env.purelib
   assert site is not None
   parent = os.path.dirname(site)
@@ -69,11 +92,7 @@ def root_dir(env: environment.Environment) -> str:
   return os.path.join(xdg, 'jax-interpret-patches', 'state', key)
 
 
-def jax_dir(env: environment.Environment) -> str:
-  """The install's site-packages/jax, links resolved."""
-  site = env.site_packages or env.purelib
-  assert site is not None
-  return os.path.realpath(os.path.join(site, 'jax'))
+jax_dir = trust.jax_dir
 
 
 def install_dir(env: environment.Environment) -> str:
@@ -91,26 +110,14 @@ def _trusted_uids(env: environment.Environment) -> set[int]:
   return uids
 
 
-def _group_is_private(gid: int, uid: int) -> bool:
-  """Whether only user ``uid`` is in group ``gid`` (a user private group)."""
-  try:
-    owner = pwd.getpwuid(uid).pw_name
-    members = set(grp.getgrgid(gid).gr_mem)
-    others = {p.pw_name for p in pwd.getpwall()
-              if p.pw_gid == gid and p.pw_uid != uid}
-  except (KeyError, OSError):
-    return False
-  return members <= {owner} and not others
-
-
 def _unsafe(st: os.stat_result, env: environment.Environment) -> str | None:
   """Why a state folder or file with stat ``st`` is not trusted, or None."""
   if st.st_uid not in _trusted_uids(env):
     return f'owned by another user (uid {st.st_uid})'
   if st.st_mode & stat.S_IWOTH:
     return f'writable by every user (mode {stat.S_IMODE(st.st_mode):o})'
-  if st.st_mode & stat.S_IWGRP and not _group_is_private(st.st_gid,
-                                                         st.st_uid):
+  if st.st_mode & stat.S_IWGRP and not trust.group_is_private(st.st_gid,
+                                                              st.st_uid):
     return (f'writable by group {st.st_gid} (mode '
             f'{stat.S_IMODE(st.st_mode):o})')
   return None
@@ -174,7 +181,14 @@ def _mkdir_private(path: str, env: environment.Environment) -> None:
   except FileExistsError:
     pass
   else:
-    os.chmod(path, 0o700)  # Whatever the umask.
+    # 0700 whatever the umask, through a descriptor: never through a link
+    # swapped in since the mkdir.
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                 | os.O_CLOEXEC)
+    try:
+      os.fchmod(fd, 0o700)
+    finally:
+      os.close(fd)
   check_dir(path, env)
 
 
@@ -273,8 +287,14 @@ def locked(sdir: str, env: environment.Environment, timeout: float):
       os.fchmod(fd, 0o600)
   finally:
     os.close(fd)
-  # Imported here: status, which takes no lock, does not load it.
-  import filelock  # pylint: disable=g-import-not-at-top
+  try:
+    # Imported here: status, which takes no lock, does not load it.
+    import filelock  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise errors.EnvironmentProblem(
+        f'The running Python ({sys.executable}) lacks the module filelock, '
+        'which the tool needs to lock its state: pip install filelock. '
+        'Nothing was changed.') from e
 
   lock = filelock.FileLock(path, timeout=timeout)
   try:
@@ -291,37 +311,47 @@ def locked(sdir: str, env: environment.Environment, timeout: float):
     lock.release()
 
 
-def _install_owner(env: environment.Environment) -> tuple[int, int] | None:
-  """The owner and group of site-packages/jax when root runs for another
-  user (who can then run the tool on that install), else None."""
-  if os.geteuid() != 0:
-    return None
-  try:
-    st = os.stat(jax_dir(env))
-  except OSError:
-    return None
-  return None if st.st_uid == 0 else (st.st_uid, st.st_gid)
+@contextlib.contextmanager
+def install_locked(env: environment.Environment, timeout: float):
+  """Holds the lock of the install itself: one per site-packages/jax.
 
+  An exclusive ``flock`` on the folder site-packages/jax (links resolved),
+  opened read-only: it is keyed by the folder's device and inode, so every
+  run on one install takes the same lock whatever path, link or state root
+  (``$JAX_INTERPRET_PATCHES_STATE_DIR``) reached it, and nothing is written
+  for it. Taken before the state folder's lock (``locked``), which an older
+  release takes alone.
 
-def give_to_owner(env: environment.Environment) -> None:
-  """When root ran for another user's install, gives its state to that
-  user: the install's folder and everything in it, and the default root
-  (not ``$JAX_INTERPRET_PATCHES_STATE_DIR``) if root made it. Best effort:
-  a file that cannot be given is left (the owner's run then says so).
+  Raises:
+    LockedError: another run holds it past ``timeout`` seconds.
+    EnvironmentProblem: the folder cannot be opened or locked.
   """
-  owner = _install_owner(env)
-  if owner is None:
-    return
-  root, sdir = root_dir(env), install_dir(env)
-  paths = [sdir]
-  for d, dirs, files in os.walk(sdir):
-    paths += [os.path.join(d, n) for n in dirs + files]
-  with contextlib.suppress(OSError):
-    if not os.environ.get(STATE_DIR_ENV) and os.lstat(root).st_uid == 0:
-      paths.append(root)
-  for p in paths:
-    with contextlib.suppress(OSError):
-      os.lchown(p, *owner)
+  top = jax_dir(env)
+  try:
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                 | os.O_CLOEXEC)
+  except OSError as e:
+    raise errors.EnvironmentProblem(
+        f'Cannot open {top} to lock it: {e.strerror}. Nothing was changed.'
+    ) from e
+  try:
+    deadline = time.monotonic() + timeout
+    while True:
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        break
+      except BlockingIOError:
+        if time.monotonic() >= deadline:
+          raise errors.LockedError(
+              f'Another run holds the lock of {top}; retry when it '
+              'finishes.') from None
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+      except OSError as e:
+        raise errors.EnvironmentProblem(
+            f'Cannot lock {top}: {e.strerror}. Nothing was changed.') from e
+    yield
+  finally:
+    os.close(fd)  # Releases the lock.
 
 
 def legacy_claims(env: environment.Environment, patched: bool,

@@ -66,6 +66,7 @@ from migration import plan as plan_lib
 from migration import record as record_lib
 from migration import state
 from migration import statedir
+from migration import trust
 
 STATE_DIR_ENV = record_lib.STATE_DIR_ENV
 # Testing only: exit abruptly after this many files were replaced.
@@ -123,12 +124,20 @@ class Result:
 
 
 def _kill_point(step: str) -> None:
-  """Testing only: signals (or ends) this process at ``step`` if asked to."""
+  """Testing only: signals (or ends) this process at ``step`` if asked to.
+
+  A ``SIGNAL_ENV`` value whose signal is not a signal number (``probed:abc``)
+  is ignored, with a warning: never an error in the middle of a run.
+  """
   if os.environ.get(KILL_ENV) == step:
     os.kill(os.getpid(), signal.SIGKILL)
   at, _, signum = os.environ.get(SIGNAL_ENV, '').rpartition(':')
   if at == step:
-    os.kill(os.getpid(), int(signum))
+    try:
+      os.kill(os.getpid(), int(signum))
+    except (ValueError, OverflowError, OSError):
+      logging.warning('Ignoring %s=%s: not STEP:SIGNAL_NUMBER.', SIGNAL_ENV,
+                      os.environ.get(SIGNAL_ENV))
   crash_after = os.environ.get(CRASH_ENV)
   if crash_after is not None and step == f'replaced-{crash_after}':
     os._exit(86)  # pylint: disable=protected-access
@@ -233,6 +242,18 @@ def _write_record(sdir: str, rec: dict | None) -> None:
                         json.dumps(rec, indent=2).encode())
 
 
+def _write_dirs(env: environment.Environment, files) -> list[str]:
+  """The folders a run writes in: the target files' folders, their
+  ``__pycache__``, the state root and the install's state folder
+  (``trust.check_folders``)."""
+  dirs = []
+  for f in files:
+    d = os.path.dirname(env.path(f))
+    dirs += [d, os.path.join(d, '__pycache__')]
+  dirs += [statedir.root_dir(env), statedir.install_dir(env)]
+  return dirs
+
+
 def _sweep_dirs(env: environment.Environment, files, sdir: str) -> list[str]:
   """The directories that hold the tool's temporary files."""
   dirs = []
@@ -249,21 +270,53 @@ def recover(env: environment.Environment,
             sdir: str) -> journal_lib.Journal | None:
   """Settles a run that was killed; call under the lock.
 
+  The journal is this install's, or one that ``journal.adopt_moved``
+  finds of a run killed before the venv moved. One of a run on another
+  jax version (jax reinstalled since) is dropped with its temporary files.
+
   Returns:
-    The interrupted run's journal (None if there was none), with ``phase``
-    set to ``commit`` if it was rolled forward, ``rollback`` if back.
+    The interrupted run's journal (None if there was none, or it was
+    dropped), with ``phase`` set to ``commit`` if it was rolled forward,
+    ``rollback`` if back.
 
   Raises:
     PatchDataError: the journal is unusable.
     ModifiedError: the files changed since the interrupted run.
     EnvironmentProblem: a file cannot be replaced either way.
   """
+  where = journal_lib.path(sdir)
+  if not os.path.lexists(where):
+    try:
+      moved_from = journal_lib.adopt_moved(env, sdir)
+    except OSError as e:
+      raise errors.EnvironmentProblem(
+          f'Cannot move the journal of an interrupted run into {sdir}: '
+          f'{e}. Nothing was changed.') from e
+    if moved_from:
+      logging.warning('Took the journal %s of a run interrupted before the '
+                      'install moved.', moved_from)
   journal = journal_lib.load(sdir, env)
   if journal is None:
     return None
+  if journal.dist_version not in (None, env.dist_version):
+    # jax was reinstalled since: the run's files are gone, its temporary
+    # files are not jax's, and there is nothing to settle.
+    with interrupt.deferred():
+      try:
+        journal_lib.remove_temps(env, journal)
+        os.remove(where)
+      except OSError as e:
+        raise errors.EnvironmentProblem(
+            f'Cannot remove the journal {where} of a run interrupted on jax '
+            f'{journal.dist_version} (jax {env.dist_version} was installed '
+            f'since), or its temporary files: {e}') from e
+    logging.warning('Dropped the journal of a %s interrupted on jax %s; '
+                    'jax %s was installed since.', journal.command,
+                    journal.dist_version, env.dist_version)
+    return None
   logging.warning('Settling an interrupted %s.', journal.command)
   with interrupt.deferred():  # A signal waits for the settling to end.
-    forward = journal_lib.settle(env, journal, _kill_point)
+    forward = journal_lib.settle(env, journal, _kill_point, where)
     try:
       clear_pycache(env, [e.path for e in journal.entries])
       if forward:
@@ -327,7 +380,8 @@ def _write_temps(plan: plan_lib.Plan) -> journal_lib.Journal:
           *names))
     _kill_point('temp-written')
     journal = journal_lib.Journal(plan.command, 'commit', tuple(entries),
-                                  plan.record, statedir.jax_dir(plan.env))
+                                  plan.record, statedir.jax_dir(plan.env),
+                                  plan.env.dist_version)
     journal_lib.write(plan.sdir, journal)
   except BaseException:
     for p in made:
@@ -338,13 +392,17 @@ def _write_temps(plan: plan_lib.Plan) -> journal_lib.Journal:
 
 
 def _roll_back(plan: plan_lib.Plan, journal: journal_lib.Journal,
-               error: OSError) -> errors.MigrationError:
-  """Puts back every replaced file after ``error``; returns the error."""
+               error: Exception) -> errors.MigrationError:
+  """Puts back every replaced file after ``error``; returns the error.
+
+  A file another process changed meanwhile is left as that process left it.
+  """
   journal = dataclasses.replace(journal, phase='rollback')
   with contextlib.suppress(OSError):
     journal_lib.write(plan.sdir, journal)
   try:
-    journal_lib.move(plan.env, journal, False, _kill_point)
+    left = journal_lib.move(plan.env, journal, False, _kill_point,
+                            strict=False)
     with contextlib.suppress(OSError):
       clear_pycache(plan.env, plan.files)
     journal_lib.remove_temps(plan.env, journal)
@@ -353,6 +411,13 @@ def _roll_back(plan: plan_lib.Plan, journal: journal_lib.Journal,
     return errors.EnvironmentProblem(
         f'{plan.command} failed ({error}) and undoing it failed too ({e}); '
         'the next run finishes or undoes it from the journal.')
+  if isinstance(error, journal_lib.ChangedError):
+    others = [p for p in left if p != error.relpath]
+    return errors.ModifiedError(
+        f'Cannot {plan.command}: {error}'
+        + (f' So were {", ".join(others)}.' if others else '')
+        + ' Every file this run had replaced was put back. Check jax with '
+        '`python -m migration status`.')
   return errors.EnvironmentProblem(
       f'Cannot {plan.command}: {error}. Every replaced file was put back; '
       'nothing was changed.')
@@ -363,6 +428,8 @@ def _commit(plan: plan_lib.Plan) -> None:
 
   Raises:
     EnvironmentProblem: a write failed; nothing was changed.
+    ModifiedError: another process changed a file meanwhile; it is left as
+      that process left it, every other file as it was.
   """
   with interrupt.deferred():  # A signal waits for the commit to end.
     try:
@@ -379,7 +446,7 @@ def _commit(plan: plan_lib.Plan) -> None:
       clear_pycache(plan.env, plan.files)
       _kill_point('pycache-cleared')
       _write_record(plan.sdir, plan.record)
-    except OSError as e:
+    except (OSError, journal_lib.ChangedError) as e:
       raise _roll_back(plan, journal, e) from e
     _kill_point('record-written')
     with contextlib.suppress(OSError):
@@ -411,8 +478,12 @@ def _execute(plan: plan_lib.Plan, manifest: manifest_lib.Manifest,
   _commit(plan)
   after = state.classify(plan.env, manifest)
   if after.overall != plan.goal:
-    raise errors.MigrationError(
-        f'After {plan.command} the state is {after.overall}: {after.message}')
+    # Every file was at its new content when it was replaced (compare and
+    # swap): another process changed one since, and it is kept as it is.
+    raise errors.ModifiedError(
+        f'The {plan.command} completed, but a file changed right after it '
+        f'was replaced (an editor saving it, or a pip install?): '
+        f'{after.message}')
   before, command = plan.before, plan.command
   k = before.applied or 0
   steps_done = (after.total - k if command == 'apply' else k)
@@ -479,9 +550,13 @@ def inspect_state(status: state.Status) -> tuple[bool, str | None]:
   interrupted = os.path.lexists(journal_lib.path(sdir))
   try:
     interrupted = _check_state(status, sdir)[0] or interrupted
+    journal = journal_lib.load(sdir, env)
   except errors.MigrationError as e:
     return interrupted, (f'{e} (apply and revert exit '
                          f'{int(e.exit_code)})')
+  if journal is not None and journal.dist_version not in (
+      None, env.dist_version):
+    interrupted = False  # Of a jax replaced since: dropped, not settled.
   return interrupted, None
 
 
@@ -552,12 +627,50 @@ def run(command: str, manifest: manifest_lib.Manifest,
     read_dir = statedir.root_dir(env) if claims[1] else sdir
     return _dry_run(plan_lib.make(command, before, read_dir, manifest.release,
                                   force, wheel_dirs), journal_pending)
+  trust.require_owner(env, command)
+  trust.check_folders(env, _write_dirs(env, before.series.files))
   _make_state_dir(env)
-  try:
+  with statedir.install_locked(env, lock_timeout):
     return _run_locked(command, manifest, env, before, sdir, lock_timeout,
                        force, wheel_dirs)
-  finally:
-    statedir.give_to_owner(env)
+
+
+def _keep_orphans(env: environment.Environment, status: state.Status,
+                  sdir: str) -> None:
+  """Refuses to sweep the temporary files of a run whose journal is away.
+
+  Call when ``recover`` found no journal. Files at different points of the
+  series beside the tool's temporary files are a run killed in its commit
+  whose journal is in another state root (another
+  ``$JAX_INTERPRET_PATCHES_STATE_DIR``, or another path to this jax, e.g.
+  a bind mount): those temporary files are its only copies, so they are
+  kept (``apply --force`` sweeps them).
+
+  Args:
+    env: the target environment.
+    status: its files' state now.
+    sdir: its state folder.
+
+  Raises:
+    ModifiedError: such files are there.
+  """
+  if status.overall not in (state.Overall.MIXED,
+                            state.Overall.PARTLY_PATCHED):
+    return
+  assert status.series is not None
+  orphans = fsutil.leftovers(
+      os.path.dirname(env.path(f)) for f in status.series.files)
+  if orphans:
+    raise errors.ModifiedError(
+        f'jax\'s files are at different points of the series, and '
+        f'{len(orphans)} temporary file(s) of an interrupted run are beside '
+        f'them (e.g. {orphans[0]}), but its journal is not in {sdir}: '
+        'that run had another state root (another '
+        f'{STATE_DIR_ENV}, or it reached this jax by another path, e.g. a '
+        'bind mount or a container\'s). Run the tool as that run was run '
+        'to finish or undo it; or reinstall jax (pip install '
+        f'--force-reinstall --no-deps jax=={env.jax_version}), or apply '
+        '--force. Nothing was changed.')
 
 
 def _run_locked(command: str, manifest: manifest_lib.Manifest,
@@ -572,13 +685,15 @@ def _run_locked(command: str, manifest: manifest_lib.Manifest,
     statedir.adopt_legacy(env, _legacy_claims(before), lock_timeout)
     interrupted = recover(env, sdir)
     _kill_point('recovered')
+    if interrupted is not None or not _unchanged(before):
+      before = state.classify(env, manifest)  # Another run changed them.
+    if interrupted is None and not force:
+      _keep_orphans(env, before, sdir)
     try:
       fsutil.sweep(_sweep_dirs(env, before.series.files, sdir))
     except OSError as e:
       raise errors.EnvironmentProblem(
           f'Cannot remove temporary files of an earlier run: {e}') from e
-    if interrupted is not None or not _unchanged(before):
-      before = state.classify(env, manifest)  # Another run changed them.
     if interrupted is not None:
       if (interrupted.command == command and interrupted.phase == 'commit'):
         return Result(command, True,

@@ -1,12 +1,15 @@
 """Build a patched jax wheel from the released one.
 
-The released wheel is unpacked and repacked with the ``wheel`` package
-(``python -m wheel unpack`` / ``pack``); in between, the series is applied
+The released wheel (checked against the manifest's ``wheel_sha256``) is
+unpacked and repacked with the ``wheel`` package (``python -I -m wheel
+unpack`` / ``pack``, run isolated in the scratch folder: no ``wheel.py`` of
+the current directory runs in its place); in between, the series is applied
 and verified against the manifest, and the version gets the PEP 440 local
 label ``+interpret.N`` (N = this project's release): the dist-info folder is
 renamed and METADATA's ``Version`` rewritten; ``pack`` regenerates RECORD
 with the new hashes. ``jax/version.py`` is left alone, so jax still reports
-(and pairs with jaxlib as) the upstream version.
+(and pairs with jaxlib as) the upstream version. A failed build leaves
+nothing behind: no wheel, and none of the ``-o`` folders it created.
 """
 
 from __future__ import annotations
@@ -37,7 +40,14 @@ def label(release: int) -> str:
   return f'interpret.{release}'
 
 
-def _wheel_tool(args: list[str]) -> None:
+def _wheel_tool(args: list[str], cwd: str) -> None:
+  """Runs ``python -I -m wheel ARGS`` in ``cwd``.
+
+  Isolated (``-I``: no ``PYTHON*`` variable, no user site) and in ``cwd``
+  (the build's scratch folder; the paths in ``args`` are absolute), so
+  that no ``wheel.py`` of the current directory or of ``PYTHONPATH`` runs
+  in its place. Its output is decoded as UTF-8 whatever the locale.
+  """
   if importlib.util.find_spec('wheel') is None:
     raise errors.EnvironmentProblem(
         'Building a wheel needs the `wheel` package in this Python '
@@ -46,8 +56,14 @@ def _wheel_tool(args: list[str]) -> None:
   # wheel, byte for byte.
   env = dict(os.environ)
   env.setdefault('SOURCE_DATE_EPOCH', '946684800')
-  proc = subprocess.run([sys.executable, '-m', 'wheel', *args], env=env,
-                        capture_output=True, text=True, check=False)
+  proc = subprocess.run([sys.executable, '-I', '-m', 'wheel', *args],
+                        cwd=cwd, env=env, capture_output=True,
+                        encoding='utf-8', errors='replace', check=False)
+  if 'No module named wheel' in proc.stderr:  # Only on PYTHONPATH, say.
+    raise errors.EnvironmentProblem(
+        'Building a wheel needs the `wheel` package installed in this '
+        f'Python ({sys.executable}), not only on PYTHONPATH or in the user '
+        'site (python -I runs it): pip install wheel')
   if proc.returncode != 0:
     raise errors.EnvironmentProblem(
         f'python -m wheel {args[0]} failed:\n{proc.stderr.strip()}')
@@ -104,7 +120,8 @@ def build(manifest: manifest_lib.Manifest, version: str, out_dir: str,
   Args:
     manifest: the loaded manifest (its release is N).
     version: a jax version the manifest serves.
-    out_dir: where to write the wheel (created if needed).
+    out_dir: where to write the wheel (created if needed; on a failure,
+      the folders this call created are removed again).
     wheel_dirs: directories searched for the released wheel before the
       cache.
 
@@ -115,25 +132,85 @@ def build(manifest: manifest_lib.Manifest, version: str, out_dir: str,
     UnsupportedError: ``version`` is not served.
     PatchDataError: the series does not give the manifest's hashes.
     EnvironmentProblem: git or the ``wheel`` package is missing, the
-      released wheel cannot be fetched, or ``out_dir`` cannot take the
-      wheel (not a directory, read-only, immutable, full, a directory at
-      the wheel's name).
+      released wheel cannot be fetched or is not the one the manifest
+      names (its ``wheel_sha256``), or ``out_dir`` cannot take the wheel
+      (not a directory, read-only, immutable, full, a directory at the
+      wheel's name).
   """
   series = manifest.series_for(version)
   if series is None:
     raise errors.UnsupportedError(manifest.not_served_message(version))
   gitapply.git_executable()
-  pristine = wheels.pristine_wheel(version, wheel_dirs)
+  pristine = os.path.abspath(wheels.pristine_wheel(
+      version, wheel_dirs, sha256=manifest.wheel_sha256(version)))
+  created: list[str] = []
+  try:
+    return _build(manifest, series, version, pristine, out_dir, created)
+  except BaseException:
+    _remove_dirs(created)
+    raise
+
+
+def _make_dirs(path: str, created: list[str]) -> None:
+  """Makes folder ``path`` and its missing parents, as ``os.makedirs``.
+
+  Args:
+    path: the folder.
+    created: gets the folders this call made, parents first.
+
+  Raises:
+    OSError: a folder cannot be made, or ``path`` is not a folder.
+  """
+  missing = []
+  p = path
+  while p and not os.path.lexists(p):
+    missing.append(p)
+    p = os.path.dirname(p)
+  for d in reversed(missing):
+    try:
+      os.mkdir(d)
+    except FileExistsError:  # Made since, or d is a parent's `..`.
+      continue
+    created.append(d)
+  os.makedirs(path, exist_ok=True)  # The error, if path is no folder.
+
+
+def _remove_dirs(created: list[str]) -> None:
+  """Removes the folders of ``_make_dirs`` that are still empty."""
+  for d in reversed(created):
+    try:
+      os.rmdir(d)
+    except OSError:  # Not empty (something else was put there), or gone.
+      pass
+
+
+def _build(manifest: manifest_lib.Manifest, series: manifest_lib.Series,
+           version: str, pristine: str, out_dir: str,
+           created: list[str]) -> str:
+  """``build``'s work from the released wheel ``pristine`` (absolute).
+
+  Args:
+    manifest: as ``build``'s.
+    series: the series serving ``version``.
+    version: as ``build``'s.
+    pristine: the released wheel.
+    out_dir: as ``build``'s.
+    created: gets the folders of ``out_dir`` this call makes.
+
+  Returns:
+    The path of the patched wheel.
+  """
   new_version = f'{version}+{label(manifest.release)}'
   expected = series.hashes[version]
   try:  # Fail before the build if out_dir cannot take a file at all.
-    os.makedirs(out_dir, exist_ok=True)
+    _make_dirs(out_dir, created)
     with interrupt.deferred():
       fsutil.remove(fsutil.write_temp(out_dir, b''))
   except OSError as e:
     raise _output_problem(out_dir, e) from e
   with fsutil.scratch('wheel') as tmp:
-    _wheel_tool(['unpack', '-d', tmp, pristine])
+    tmp = os.path.abspath(tmp)
+    _wheel_tool(['unpack', '-d', tmp, pristine], tmp)
     root = os.path.join(tmp, f'jax-{version}')
 
     def hashes() -> dict[str, str | None]:
@@ -156,7 +233,7 @@ def build(manifest: manifest_lib.Manifest, version: str, out_dir: str,
     os.remove(os.path.join(new_info, 'RECORD'))  # pack writes a new one.
     staging = os.path.join(tmp, 'out')
     os.makedirs(staging)
-    _wheel_tool(['pack', '-d', staging, root])
+    _wheel_tool(['pack', '-d', staging, root], tmp)
     built = os.listdir(staging)
     if len(built) != 1:
       raise errors.MigrationError(f'wheel pack wrote {built}.')

@@ -1,4 +1,8 @@
-"""Fetch and cache pristine jax wheels (the reference for pristine files)."""
+"""Fetch and cache pristine jax wheels (the reference for pristine files).
+
+A wheel found locally or downloaded is checked against the sha256 of the
+released wheel where the caller passes it (the manifest's ``wheel_sha256``).
+"""
 
 from __future__ import annotations
 
@@ -73,17 +77,21 @@ def check_version_number(version: str) -> str:
 
 
 def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
-                   download: bool = True) -> str:
+                   download: bool = True, sha256: str | None = None) -> str:
   """Returns the path of the released jax wheel of ``version``.
 
   Looks in ``extra_dirs``, then the directories of
   ``$JAX_INTERPRET_PATCHES_WHEEL_DIRS``, then the cache; otherwise downloads
   it from the package index with ``pip download --no-deps`` into the cache.
+  With ``sha256`` (the manifest's ``wheel_sha256``), a wheel found or
+  downloaded must have it: a same-named wheel that is not the released one
+  (rebuilt, edited) is never used.
 
   Args:
     version: the jax version, e.g. ``0.12.0``.
     extra_dirs: directories searched first.
     download: whether to run pip when the wheel is not found locally.
+    sha256: the hex sha256 of the released wheel; None: not checked.
 
   Returns:
     Path of the wheel file.
@@ -92,8 +100,9 @@ def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
     UsageError: ``version`` is not a version number.
     UnsupportedError: the package index has no such jax release.
     EnvironmentProblem: the wheel is not found and cannot be downloaded, or
-      the one found is not a readable zip (a cached one is downloaded
-      again instead).
+      the one found is not a readable zip or has another sha256 than
+      ``sha256`` (a cached one is downloaded again instead), or the one
+      downloaded has another sha256.
   """
   check_version_number(version)
   name = wheel_name(version)
@@ -102,20 +111,21 @@ def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
   for d in (*extra_dirs, cache):
     candidate = os.path.join(d, name)
     if os.path.isfile(candidate):
-      if _readable_zip(candidate):
+      problem = _not_released(candidate, sha256)
+      if problem is None:
         return candidate
       if d != cache or not download:
         raise errors.EnvironmentProblem(
-            f'{candidate} is not a readable wheel (truncated or corrupt); '
-            'remove it, or replace it with the released wheel.')
-      logging.warning('Downloading %s again: the cached copy is truncated '
-                      'or corrupt.', name)
+            f'{candidate} {problem}; remove it, or replace it with the '
+            'released wheel.')
+      logging.warning('Downloading %s again: the cached copy %s.', name,
+                      problem)
       break
   if not download:
     raise errors.EnvironmentProblem(
         f'{name} not found in {", ".join((*extra_dirs, cache))}.')
   try:
-    return _download(version, cache)
+    return _download(version, cache, sha256)
   except OSError as e:
     raise errors.EnvironmentProblem(
         f'Cannot download {name} into the cache {cache}: {e}. Pass '
@@ -132,8 +142,35 @@ def _readable_zip(path: str) -> bool:
     return False
 
 
-def _download(version: str, cache: str) -> str:
+def _not_released(path: str, sha256: str | None) -> str | None:
+  """Why the wheel ``path`` is not the released one, or None if it is.
+
+  Args:
+    path: a wheel file.
+    sha256: the released wheel's hex sha256; None: only checks that it is a
+      readable zip.
+  """
+  if not _readable_zip(path):
+    return 'is not a readable wheel (truncated or corrupt)'
+  if sha256 is None:
+    return None
+  try:
+    actual = sha256_file(path)
+  except OSError as e:
+    return f'cannot be read ({e})'
+  if actual != sha256:
+    return (f'is not the released wheel: its sha256 is {actual}, the '
+            f'manifest names {sha256}')
+  return None
+
+
+def _download(version: str, cache: str, sha256: str | None = None) -> str:
   """Downloads the released wheel of ``version`` into ``cache``.
+
+  pip runs isolated (``-I``: no ``PYTHON*`` variable, no user site) in the
+  new, empty download folder, so that no ``pip.py`` of the current directory
+  (or of ``PYTHONPATH``) runs in its place. Its output is decoded as UTF-8
+  whatever the locale; bytes that are not UTF-8 become U+FFFD.
 
   Raises:
     OSError: the cache is not writable.
@@ -142,11 +179,13 @@ def _download(version: str, cache: str) -> str:
   name = wheel_name(version)
   os.makedirs(cache, exist_ok=True)
   with tempfile.TemporaryDirectory(dir=cache) as tmp:
-    cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps',
+    tmp = os.path.abspath(tmp)
+    cmd = [sys.executable, '-I', '-m', 'pip', 'download', '--no-deps',
            '--only-binary=:all:', '--ignore-requires-python',
            f'jax=={version}', '-d', tmp]
     logging.info('Downloading %s: %s', name, ' '.join(cmd))
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, cwd=tmp, capture_output=True,
+                          encoding='utf-8', errors='replace', check=False)
     downloaded = os.path.join(tmp, name)
     if proc.returncode != 0 and 'No matching distribution' in proc.stderr:
       raise errors.UnsupportedError(
@@ -155,6 +194,11 @@ def _download(version: str, cache: str) -> str:
     if proc.returncode != 0 or not os.path.isfile(downloaded):
       raise errors.EnvironmentProblem(
           f'Could not download {name} with pip:\n{proc.stderr.strip()}')
+    problem = _not_released(downloaded, sha256)
+    if problem is not None:
+      raise errors.EnvironmentProblem(
+          f'The {name} pip downloaded {problem}; it was not cached. Check '
+          'the package index pip uses (PIP_INDEX_URL, pip.conf).')
     os.replace(downloaded, os.path.join(cache, name))
   return os.path.join(cache, name)
 

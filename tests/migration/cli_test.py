@@ -8,14 +8,11 @@ venv's Python, ``PYTHONPATH=<repo root>``.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 
 from absl.testing import absltest
@@ -551,9 +548,12 @@ class MigrationCliTest(absltest.TestCase):
     data = json.loads(self.run_tool('status', '--json', flag).stdout)
     self.assertEqual(data['state'], 'pristine')
     self.assertEqual(data['patches'][0]['state'], 'merged upstream')
-    # The stock manifest's check reports patch 1 as already upstream.
-    proc = self.run_tool('check', f'--wheel_dir={wheel_dir}', expect=0)
+    # The generated manifest's check reports patch 1 as already upstream;
+    # the stock one refuses the wheel, which is not the released one.
+    proc = self.run_tool('check', flag, f'--wheel_dir={wheel_dir}', expect=0)
     self.assertIn('already upstream', proc.stdout)
+    proc = self.run_tool('check', f'--wheel_dir={wheel_dir}', expect=5)
+    self.assertIn('is not the released wheel', proc.stderr)
     proc = self.run_tool('apply', flag, '--json')
     result = json.loads(proc.stdout)
     self.assertEqual(result['skipped_upstream'], [first.name])
@@ -630,27 +630,8 @@ class MigrationCliTest(absltest.TestCase):
 
 def _wheel_with_patch(wheel: str, patch: str, dest: str) -> None:
   """Writes a copy of ``wheel`` with ``patch`` applied and RECORD updated."""
-  with tempfile.TemporaryDirectory() as tmp:
-    with zipfile.ZipFile(wheel) as zf:
-      zf.extractall(tmp)
-      names = zf.namelist()
-    subprocess.run(['git', 'apply', '-p1', patch], cwd=tmp, check=True)
-    record = next(n for n in names if n.endswith('.dist-info/RECORD'))
-    rows = []
-    for n in names:
-      if n == record:
-        rows.append(f'{n},,')
-        continue
-      with open(os.path.join(tmp, n), 'rb') as f:
-        data = f.read()
-      digest = base64.urlsafe_b64encode(
-          hashlib.sha256(data).digest()).rstrip(b'=').decode()
-      rows.append(f'{n},sha256={digest},{len(data)}')
-    with open(os.path.join(tmp, record), 'w') as f:
-      f.write('\n'.join(rows) + '\n')
-    with zipfile.ZipFile(dest, 'w', zipfile.ZIP_DEFLATED) as out:
-      for n in names:
-        out.write(os.path.join(tmp, n), n)
+  venv_util.rebuilt_wheel(wheel, dest, lambda tmp, names: subprocess.run(
+      ['git', 'apply', '-p1', patch], cwd=tmp, check=True))
 
 
 if __name__ == '__main__':

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -108,6 +109,15 @@ class LayoutTest(absltest.TestCase):
       setuptools = tomllib.load(f)['tool']['setuptools']
     self.assertEqual(setuptools['packages'],
                      ['migration', 'migration.patches'])
+
+  def test_package_version_is_the_release(self):
+    # `pip install .` installs the tool as the release its wheels carry
+    # (jax-V+interpret.N).
+    with open(os.path.join(REPO, 'pyproject.toml'), 'rb') as f:
+      version = tomllib.load(f)['project']['version']
+    with open(os.path.join(REPO, 'patches', 'manifest.json'), 'rb') as f:
+      release = json.load(f)['release']
+    self.assertEqual(version, str(release))
 
 
 if __name__ == '__main__':

@@ -281,16 +281,18 @@ class OutputFaultTest(absltest.TestCase):
           self.assertEqual(
               json.loads(proc.stdout)['environment']['site_packages'], site)
 
-  # Root patching a venv another user owns.
+  # Target files of another owner and group in the owner's install (a
+  # run as another user than the owner of site-packages/jax is refused:
+  # state_fault_test).
 
   def test_replaced_files_keep_owner_group_and_mode(self):
-    jax_dir = os.path.join(self.venv.site, 'jax')
+    targets = [self.venv.path(p) for p in self.files]
     uid, gid = 54321, 54322
-    proc = _run(['chown', '-R', f'{uid}:{gid}', jax_dir])
+    proc = _run(['chown', f'{uid}:{gid}', *targets])
     if proc.returncode:
       self.skipTest(f'chown is not permitted here: {proc.stderr}')
-    self.addCleanup(_run, ['chown', '-R', f'{os.getuid()}:{os.getgid()}',
-                           jax_dir])
+    self.addCleanup(_run, ['chown', f'{os.getuid()}:{os.getgid()}',
+                           *targets])
     modes = {p: 0o664 if i % 2 else 0o640 for i, p in enumerate(self.files)}
     for p, mode in modes.items():
       os.chmod(self.venv.path(p), mode)

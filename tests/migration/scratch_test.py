@@ -130,6 +130,39 @@ class ScratchSweepTest(absltest.TestCase):
     os.utime(path, (then, then))
     return path
 
+  def test_removal_cut_short_leaves_a_folder_the_sweep_removes(self):
+    # Out of file descriptors (ulimit -n) while a scratch folder is removed:
+    # its lock file goes last, so the folder stays owned, and the next
+    # sweep removes it once its maker has ended (not a day later).
+    code = textwrap.dedent('''
+        import errno, os
+        from migration import fsutil
+        try:
+          with fsutil.scratch('stage') as d:
+            os.makedirs(os.path.join(d, 'a', 'b', 'c'))
+            print(d, flush=True)
+            spare = []
+            try:
+              while True:
+                spare.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError as e:
+              assert e.errno == errno.EMFILE
+            for fd in spare[-2:]:  # Enough to start, not to finish.
+              os.close(fd)
+        except OSError as e:
+          print('failed', e.errno == errno.EMFILE, flush=True)
+        print(os.path.exists(os.path.join(d, fsutil.OWNER_LOCK)), flush=True)
+        ''')
+    proc = subprocess.run([sys.executable, '-c', code], env=self.env,
+                          cwd=self.tmp, capture_output=True, text=True,
+                          timeout=_TIMEOUT_S, check=False)
+    self.assertEqual(proc.returncode, 0, proc.stderr)
+    path, failed, locked = proc.stdout.splitlines()
+    self.assertEqual((failed, locked), ('failed True', 'True'))
+    self.assertTrue(os.path.isdir(path))
+    self.sweep()
+    self.assertFalse(os.path.exists(path))
+
   def test_live_dir_with_a_dead_pid_in_its_name_is_kept(self):
     # As another PID namespace's run looks: its pid is not alive here.
     proc, path = self.start_owner([])

@@ -23,9 +23,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
+import struct
 import subprocess
 import sys
+import time
+import zipfile
 
 from absl.testing import absltest
 import venv_util
@@ -50,6 +54,21 @@ OTHER_USER = 'jip-state-other'
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
   return subprocess.run(cmd, capture_output=True, text=True, check=False,
                         **kw)
+
+
+def _replace_like_pip(site: str, old_wheel: str, new_wheel: str) -> None:
+  """Replaces jax in ``site`` as pip does: removes the files the old
+  wheel's RECORD lists (and its dist-info), then unpacks the new wheel."""
+  with zipfile.ZipFile(old_wheel) as zf:
+    names = zf.namelist()
+  for name in names:
+    path = os.path.join(site, *name.split('/'))
+    if os.path.isfile(path):
+      os.remove(path)
+  for name in {n.split('/')[0] for n in names if '.dist-info/' in n}:
+    shutil.rmtree(os.path.join(site, name), ignore_errors=True)
+  with zipfile.ZipFile(new_wheel) as zf:
+    zf.extractall(site)
 
 
 class Install:
@@ -389,31 +408,353 @@ class StateFaultTest(absltest.TestCase):
           os.remove(self.a.state_root)
         shutil.rmtree(decoy, ignore_errors=True)
 
-  def test_root_patches_a_users_install_and_the_user_reverts(self):
+  # Issue 42: the privilege model (migration/trust.py). Root never changes
+  # another user's install; the owner does it.
+
+  def _chown_tree(self, top: str, owner: tuple[int, int]) -> None:
+    os.lchown(top, *owner)
+    for d, dirs, files in os.walk(top):
+      for n in dirs + files:
+        os.lchown(os.path.join(d, n), *owner)
+
+  def _owners(self) -> dict[str, tuple[int, int, int]]:
+    """Owner, group and mode of everything under the test's root."""
+    out = {}
+    for d, dirs, files in os.walk(self.root):
+      for n in dirs + files:
+        p = os.path.join(d, n)
+        st = os.lstat(p)
+        out[p] = (st.st_uid, st.st_gid, st.st_mode)
+    return out
+
+  def test_root_refuses_a_users_install_and_the_user_patches_it(self):
     uid, gid = self._other_user()
     if not os.path.exists('/usr/bin/python3'):
       self.skipTest('no /usr/bin/python3 for another user to run')
-
-    def chown_tree(top, owner):
-      os.lchown(top, *owner)
-      for d, dirs, files in os.walk(top):
-        for n in dirs + files:
-          os.lchown(os.path.join(d, n), *owner)
-
-    chown_tree(self.a.site, (uid, gid))
-    self.addCleanup(chown_tree, self.a.site, (0, 0))
+    self._chown_tree(self.a.site, (uid, gid))
+    self.addCleanup(self._chown_tree, self.a.site, (0, 0))
     os.chmod(self.root, 0o711)
     self.addCleanup(os.chmod, self.root, 0o700)
     for d in (self.tmp, self.home):
       os.chown(d, uid, gid)
+    victim = os.path.join(self.root, 'root-only')
+    with open(victim, 'w') as f:
+      f.write('secret')
+    os.chmod(victim, 0o600)
+    for command, end in (('apply', 'pristine'), ('revert', 'patched')):
+      with self.subTest(command=command):
+        before = self._owners()
+        proc = self.a.tool(command, expect=5)
+        self.assertIn(f'belongs to {OTHER_USER}', proc.stderr)
+        self.assertIn(f'sudo -u {OTHER_USER} ', proc.stderr)
+        self.assertEnd(self.a, end)
+        # Nothing made, removed or given away: the state folder too.
+        self.assertEqual(self._owners(), before)
+        # The owner does it.
+        self.a.tool(command, user=(uid, gid))
+        self.assertEnd(self.a, 'patched' if command == 'apply'
+                       else 'pristine')
+    self.assertEqual(os.lstat(victim).st_uid, 0)
+
+  def test_folder_another_user_controls_is_refused(self):
+    # Root's own jax in a folder another user owns or anyone can write:
+    # they could swap a folder for a link between a check and a write.
+    uid, gid = self._other_user()
+    cases = {
+        'site-packages of another user': lambda: os.chown(
+            self.a.site, uid, gid),
+        'site-packages writable by all': lambda: os.chmod(
+            self.a.site, 0o777),
+        'interpret folder writable by all': lambda: os.chmod(
+            os.path.dirname(self.a.path(self.files[-1])), 0o777),
+    }
+    for name, spoil in cases.items():
+      with self.subTest(case=name):
+        modes = self._owners()
+        spoil()
+        try:
+          proc = self.a.tool('apply', expect=5)
+          self.assertIn('does not write in', proc.stderr)
+          self.assertEnd(self.a, 'pristine')
+          self.assertFalse(os.path.lexists(self.a.state_root))
+        finally:
+          for p in (self.a.site,
+                    os.path.dirname(self.a.path(self.files[-1]))):
+            uid0, gid0, mode0 = modes[p]
+            os.lchown(p, uid0, gid0)
+            os.chmod(p, stat.S_IMODE(mode0))
     self.a.tool('apply')
     self.assertEnd(self.a, 'patched')
-    owners = {p: os.lstat(p).st_uid for p in [self.a.state_root] + [
-        os.path.join(d, n) for d, dirs, files in os.walk(self.a.state_root)
-        for n in dirs + files]}
-    self.assertEqual({p for p, o in owners.items() if o != uid}, set())
-    self.a.tool('revert', user=(uid, gid))
+
+  def test_pycache_link_is_refused(self):
+    # A __pycache__ that is a link would lead the removal of stale
+    # bytecode (and the probe files) into another folder.
+    decoy = os.path.join(self.root, 'decoy-pycache')
+    os.makedirs(decoy)
+    self.addCleanup(shutil.rmtree, decoy, ignore_errors=True)
+    stems = {os.path.splitext(os.path.basename(p))[0] for p in self.files}
+    for stem in stems:
+      for name in (f'{stem}.cpython-312.pyc', f'{stem}.keep'):
+        with open(os.path.join(decoy, name), 'w') as f:
+          f.write('x')
+    want = sorted(os.listdir(decoy))
+    cache = os.path.join(os.path.dirname(self.a.path(self.files[-1])),
+                         '__pycache__')
+    shutil.rmtree(cache, ignore_errors=True)
+    os.symlink(decoy, cache)
+    self.addCleanup(os.remove, cache)
+    for command in ('apply', 'revert'):
+      proc = self.a.tool(command, expect=5 if command == 'apply' else 0)
+      if command == 'apply':
+        self.assertIn('symbolic link', proc.stderr)
+      self.assertEqual(sorted(os.listdir(decoy)), want)
+      self.assertEnd(self.a, 'pristine')
+
+  def test_folder_another_user_can_write_by_an_acl_is_refused(self):
+    uid, _ = self._other_user()
+    folder = os.path.dirname(self.a.path(self.files[-1]))
+    mode = stat.S_IMODE(os.lstat(folder).st_mode)
+    # user::rwx user:UID:rwx group::r-x mask::rwx other::r-x, as setfacl
+    # -m u:UID:rwx writes it.
+    entry = struct.Struct('<HHI')
+    acl = struct.pack('<I', 2) + b''.join(entry.pack(*e) for e in (
+        (0x01, 7, 0xFFFFFFFF), (0x02, 7, uid), (0x04, 5, 0xFFFFFFFF),
+        (0x10, 7, 0xFFFFFFFF), (0x20, 5, 0xFFFFFFFF)))
+    try:
+      os.setxattr(folder, 'system.posix_acl_access', acl)
+    except OSError as e:
+      self.skipTest(f'no POSIX ACLs here: {e}')
+
+    def drop_acl():
+      os.removexattr(folder, 'system.posix_acl_access')
+      os.chmod(folder, mode)
+    self.addCleanup(drop_acl)
+    proc = self.a.tool('apply', expect=5)
+    self.assertIn(f'writable by user {OTHER_USER} (an ACL)', proc.stderr)
     self.assertEnd(self.a, 'pristine')
+    self.assertFalse(os.path.lexists(self.a.state_root))
+
+  def test_link_on_the_way_is_resolved_once(self):
+    # Root reaches A through a link in a folder another user owns; the
+    # user points it at a tree of their own after the run's checks. The
+    # run keeps writing to A, where the link led when it started.
+    uid, gid = self._other_user()
+    att = os.path.join(self.root, 'att')
+    os.makedirs(att)
+    self.addCleanup(shutil.rmtree, att, ignore_errors=True)
+    fake = os.path.join(att, 'fake')
+    shutil.copytree(self.a.site, fake, symlinks=True)
+    self._chown_tree(att, (uid, gid))
+    link = os.path.join(att, 'v')
+    os.symlink(self.a.site, link)
+    run = self._stopped_run('apply', 'staged', env={
+        'PYTHONPATH': os.pathsep.join([REPO, self.venv.deps, link])})
+    os.remove(link)
+    os.symlink(fake, link)
+    code, err = self._resume(run)
+    self.assertEqual(code, 0, err)
+    self.assertEnd(self.a, 'patched')
+    self.assertEnd(Install(self, fake), 'pristine')
+    self.assertFalse(os.path.lexists(
+        os.path.join(att, '.jax-interpret-patches')))
+    self.a.tool('revert')
+    self.assertEnd(self.a, 'pristine')
+
+  def test_pth_files_of_the_inspected_python_do_not_run(self):
+    # --python runs the named interpreter to find its jax: with -I -S, none
+    # of its .pth files (code of whoever can write its site-packages) runs
+    # in that probe, which may be root's.
+    marker = os.path.join(self.root, 'pth-ran')
+    pth = os.path.join(self.venv.site, 'zz_probe_test.pth')
+    with open(pth, 'w') as f:
+      f.write(f'import os; open({marker!r}, "a").write("ran\\n")\n')
+    self.addCleanup(os.remove, pth)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO,
+                                                       self.venv.deps]))
+    for command in ('status', 'apply', 'revert'):
+      proc = _run([sys.executable, '-m', 'migration', command, '--json',
+                   f'--python={self.venv.python}'], env=env, cwd=self.root,
+                  timeout=TIMEOUT_S)
+      self.assertEqual(proc.returncode, 0, proc.stderr)
+      self.assertEqual(json.loads(proc.stdout)['exit_code'], 0)
+      self.assertFalse(os.path.exists(marker), f'{command}: the .pth ran')
+    # The interpreter itself runs it (the check of this test).
+    _run([self.venv.python, '-c', 'pass'])
+    self.assertTrue(os.path.exists(marker))
+
+  # Issue 42: one lock per install, whatever reached it.
+
+  def _stopped_run(self, command: str, step: str,
+                   env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Starts the tool on A; returns once it stopped itself at ``step``."""
+    full_env = {k: v for k, v in os.environ.items()
+                if not k.startswith('JAX_INTERPRET_PATCHES_')}
+    full_env.update(
+        PYTHONPATH=os.pathsep.join([REPO, self.venv.deps, self.a.site]),
+        PYTHONDONTWRITEBYTECODE='1', TMPDIR=self.tmp, HOME=self.home,
+        **{transaction.SIGNAL_ENV: f'{step}:{int(signal.SIGSTOP)}'})
+    full_env.update(env or {})
+    proc = subprocess.Popen(
+        [self.venv.python, '-m', 'migration', command], cwd=self.root,
+        env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    self.addCleanup(lambda: proc.poll() is None and proc.kill())
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+      with open(f'/proc/{proc.pid}/stat') as f:
+        if f.read().rsplit(')', 1)[1].split()[0] == 'T':
+          return proc
+      if proc.poll() is not None:
+        self.fail(f'{command} ended before {step}: {proc.communicate()}')
+      time.sleep(0.05)
+    self.fail(f'{command} did not reach {step}')
+
+  def _resume(self, proc: subprocess.Popen) -> tuple[int, str]:
+    proc.send_signal(signal.SIGCONT)
+    try:
+      _, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+      self.fail('the stopped run hung after SIGCONT')
+    return proc.returncode, err
+
+  def test_one_lock_per_install_whatever_the_state_root(self):
+    other_root = os.path.join(self.root, 'other-state')
+    self.addCleanup(shutil.rmtree, other_root, ignore_errors=True)
+    linked = os.path.join(self.root, 'linked-site')
+    os.symlink(self.a.site, linked)
+    self.addCleanup(os.remove, linked)
+    # A holds the lock of its install, half-way through its commit.
+    a = self._stopped_run('apply', 'replaced-3',
+                          env={'JAX_INTERPRET_PATCHES_STATE_DIR': other_root})
+    mixed = self.a.hashes()
+    temps = fsutil.leftovers(os.path.dirname(self.a.path(f))
+                             for f in self.files)
+    self.assertNotEqual(temps, [])
+    # B reaches the same install without the variable, or through a link.
+    for how, env, site in (('default root', {}, self.a.site),
+                           ('through a link', {}, linked)):
+      with self.subTest(how=how):
+        b = Install(self, site)
+        proc = b.tool('revert', env=env, expect=6)
+        self.assertIn('Another run holds the lock', proc.stderr)
+        self.assertEqual(self.a.hashes(), mixed)
+        self.assertEqual(
+            fsutil.leftovers(os.path.dirname(self.a.path(f))
+                             for f in self.files), temps)
+    code, err = self._resume(a)
+    self.assertEqual(code, 0, err)
+    self.assertEnd(self.a, 'patched')
+    self.a.tool('revert', env={'JAX_INTERPRET_PATCHES_STATE_DIR': other_root})
+    self.assertEnd(self.a, 'pristine')
+    self.assertNoLeftovers(self.a)
+
+  def test_relative_state_dir_is_a_usage_error(self):
+    for command in ('status', 'apply'):
+      proc = self.a.tool(command,
+                         env={'JAX_INTERPRET_PATCHES_STATE_DIR': 'state'},
+                         expect=2)
+      self.assertIn('not an absolute path', proc.stderr)
+    self.assertEnd(self.a, 'pristine')
+    self.assertFalse(os.path.exists(os.path.join(self.root, 'state')))
+
+  # Issue 42: compare and swap; an edit saved during a run is kept.
+
+  def test_edit_saved_during_apply_is_kept(self):
+    # The file the commit replaces last (in path order), edited before the
+    # commit and after its first replace.
+    edited = sorted(self.files)[-1]
+    for step in ('temp-written', 'replaced-1'):
+      with self.subTest(step=step):
+        self.setUp()
+        a = self._stopped_run('apply', step)
+        with open(self.a.path(edited), 'ab') as f:
+          f.write(b'# saved while apply ran\n')
+        code, err = self._resume(a)
+        self.assertEqual(code, 4, err)
+        self.assertIn(f'{edited} changed while', err)
+        self.assertNotIn('Traceback', err)
+        want = dict(self.pristine_sha)
+        want[edited] = manifest_lib.sha256_bytes(
+            self.pristine[edited] + b'# saved while apply ran\n')
+        self.assertEqual(self.a.hashes(), want)
+        self.assertNoLeftovers(self.a)
+
+  # Issue 42: recovery after the venv moved, or jax was replaced.
+
+  def test_killed_run_is_recovered_after_the_install_moves(self):
+    self.a.kill('apply', 'replaced-3')
+    moved = Install(self, self.a.site + '-moved')
+    os.rename(self.a.site, moved.site)
+    self.addCleanup(os.rename, moved.site, self.a.site)
+    proc = moved.tool('apply')
+    self.assertIn('Completed an interrupted apply', proc.stdout)
+    self.assertEnd(moved, 'patched')
+    moved.tool('revert')
+    self.assertEnd(moved, 'pristine')
+    self.assertNoLeftovers(moved)
+
+  def test_killed_run_then_another_jax_installed(self):
+    # The newest release of the line before, whose files differ.
+    line = VERSION.split('.')[:2]
+    other = [v for v in self.manifest.served_versions()
+             if v.split('.')[:2] != line][-1]
+    other_wheel = wheels.pristine_wheel(other)
+    self.a.kill('apply', 'replaced-3')
+    temps = fsutil.leftovers(os.path.dirname(self.a.path(f))
+                             for f in self.files)
+    self.assertNotEqual(temps, [])
+    # As pip replaces jax: the files its RECORD lists go, the other
+    # release's come; the tool's temporary files stay.
+    _replace_like_pip(self.a.site, self.wheel, other_wheel)
+    self.addCleanup(self.a.reinstall)
+    self.assertTrue(all(os.path.exists(t) for t in temps))
+    # Nothing to settle: jax is another one now.
+    self.assertFalse(self.a.status()['interrupted'])
+    self.a.tool('revert')
+    self.assertTrue(all(not os.path.exists(t) for t in temps))
+    self.assertFalse(os.path.lexists(os.path.join(self.a.state_dir,
+                                                  'journal.json')))
+    self.assertFalse(self.a.status()['interrupted'])
+
+  def test_orphaned_temporary_files_are_kept(self):
+    # A run killed in its commit under another state root: its journal is
+    # not where this run looks, so its temporary files are kept.
+    other_root = os.path.join(self.root, 'other-state')
+    self.addCleanup(shutil.rmtree, other_root, ignore_errors=True)
+    env = {'JAX_INTERPRET_PATCHES_STATE_DIR': other_root}
+    proc = self.a.tool('apply', env={**env,
+                                     transaction.KILL_ENV: 'replaced-3'},
+                       expect=None)
+    self.assertEqual(proc.returncode, -9, proc.stderr)
+    mixed = self.a.hashes()
+    temps = fsutil.leftovers(os.path.dirname(self.a.path(f))
+                             for f in self.files)
+    for command in ('apply', 'revert'):
+      proc = self.a.tool(command, expect=4)
+      self.assertIn('its journal is not in', proc.stderr)
+      self.assertEqual(self.a.hashes(), mixed)
+      self.assertEqual(fsutil.leftovers(
+          os.path.dirname(self.a.path(f)) for f in self.files), temps)
+    self.a.tool('revert', env=env)
+    self.assertEnd(self.a, 'pristine')
+    self.assertNoLeftovers(self.a)
+
+  def test_missing_filelock_is_an_environment_problem(self):
+    # The running Python without filelock: exit 5 naming it, no traceback.
+    deps = os.path.join(self.root, 'deps-without-filelock')
+    os.makedirs(deps, exist_ok=True)
+    self.addCleanup(shutil.rmtree, deps, ignore_errors=True)
+    absl_dir = os.path.join(self.venv.deps, 'absl')
+    if not os.path.lexists(os.path.join(deps, 'absl')):
+      os.symlink(os.path.realpath(absl_dir), os.path.join(deps, 'absl'))
+    proc = self.a.tool('apply', expect=5, env={
+        'PYTHONPATH': os.pathsep.join([REPO, deps, self.a.site])})
+    self.assertIn('filelock', proc.stderr)
+    self.assertEnd(self.a, 'pristine')
+
+  def assertNoLeftovers(self, inst: Install) -> None:
+    self.assertEqual(fsutil.leftovers(
+        os.path.dirname(inst.path(f)) for f in self.files), [])
 
   # Item 5: corrupt state files.
 

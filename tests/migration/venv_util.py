@@ -128,10 +128,12 @@ class Ends:
     pristine: relpath -> the released content (bytes), from the wheel.
     pristine_sha: relpath -> sha256 hex digest, from jax's RECORD.
     patched_sha: relpath -> sha256 hex digest of the patched file.
+    patched: relpath -> the patched content (bytes).
   """
   pristine: dict[str, bytes]
   pristine_sha: dict[str, str]
   patched_sha: dict[str, str]
+  patched: dict[str, bytes] = dataclasses.field(default_factory=dict)
 
 
 def expected_ends(venv: JaxVenv, wheel: str, version: str,
@@ -144,7 +146,8 @@ def expected_ends(venv: JaxVenv, wheel: str, version: str,
     version: its version.
     files: the target files (``/``-separated relpaths under site-packages).
     patches: the series' patch files that apply to ``version``, in order;
-      applied with the user's and system git config ignored.
+      applied with the user's and system git config and attributes
+      ignored.
   """
   record = os.path.join(venv.site, f'jax-{version}.dist-info', 'RECORD')
   with open(record, encoding='utf-8') as f:
@@ -163,14 +166,52 @@ def expected_ends(venv: JaxVenv, wheel: str, version: str,
       with open(os.path.join(work, p), 'wb') as f:
         f.write(data)
     for patch in patches:
-      subprocess.run(['git', '-c', 'core.autocrlf=false', 'apply', '-p1',
+      subprocess.run(['git', '-c', 'core.autocrlf=false', '-c',
+                      f'core.attributesFile={os.devnull}', 'apply', '-p1',
                       patch], cwd=work, check=True,
                      env=dict(os.environ, GIT_CONFIG_NOSYSTEM='1',
+                              GIT_ATTR_NOSYSTEM='1',
                               GIT_CONFIG_GLOBAL=os.devnull))
-    patched_sha = {}
+    patched = {}
     for p in files:
       with open(os.path.join(work, p), 'rb') as f:
-        patched_sha[p] = hashlib.sha256(f.read()).hexdigest()
+        patched[p] = f.read()
   finally:
     shutil.rmtree(work)
-  return Ends(pristine, pristine_sha, patched_sha)
+  return Ends(pristine, pristine_sha,
+              {p: hashlib.sha256(d).hexdigest() for p, d in patched.items()},
+              patched)
+
+
+def rebuilt_wheel(wheel: str, dest: str, change) -> None:
+  """Writes a copy of ``wheel`` to ``dest``, changed, with a RECORD that
+  matches its files (as a wheel built from the changed tree would have).
+
+  Args:
+    wheel: a jax wheel.
+    dest: the new wheel's path.
+    change: called with the folder the wheel is unpacked in and its list of
+      member names; changes the files there (a new file's name is appended
+      to the list).
+  """
+  with tempfile.TemporaryDirectory() as tmp:
+    with zipfile.ZipFile(wheel) as zf:
+      zf.extractall(tmp)
+      names = zf.namelist()
+    change(tmp, names)
+    record = next(n for n in names if n.endswith('.dist-info/RECORD'))
+    rows = []
+    for n in names:
+      if n == record:
+        rows.append(f'{n},,')
+        continue
+      with open(os.path.join(tmp, n), 'rb') as f:
+        data = f.read()
+      digest = base64.urlsafe_b64encode(
+          hashlib.sha256(data).digest()).rstrip(b'=').decode()
+      rows.append(f'{n},sha256={digest},{len(data)}')
+    with open(os.path.join(tmp, record), 'w', encoding='utf-8') as f:
+      f.write('\n'.join(rows) + '\n')
+    with zipfile.ZipFile(dest, 'w', zipfile.ZIP_DEFLATED) as out:
+      for n in names:
+        out.write(os.path.join(tmp, n), n)
