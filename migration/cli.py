@@ -53,19 +53,20 @@ Exit codes:
      nothing was changed
   5  environment problem: apply or revert run by another user than the owner of
      site-packages/jax (root too: sudo -u OWNER), a folder it writes in (or one
-     above it) that another user can change, a __pycache__ that is a link, git
-     or the wheel package missing, git killed by a signal (e.g. ulimit -f), a
-     target file that cannot be replaced (immutable, read-only mount), site-
-     packages or the state directory read-only or full, $TMPDIR too small, the
-     lock path not a file, a state folder or file that is a link, FIFO or
-     device, or another user's or writable by one, a wheel that cannot be
-     downloaded or cached, a truncated or corrupt wheel in --wheel_dir, or one
-     whose sha256 is not the released wheel's (a corrupt one in the cache, when
-     apply --force or revert needs it), wheel -o DIR that cannot take the wheel
-     (a file, read-only, immutable, full, a folder at the wheel's name), a
-     --readme that cannot be read or rewritten, an environment whose installed
-     packages cannot be read (a path longer than PATH_MAX) or a --python that
-     reports no usable environment; nothing was changed
+     above it) that another user can change, a __pycache__ that is a link, a
+     --python that another user can change (it is not run), git or the wheel
+     package missing, git killed by a signal (e.g. ulimit -f), a target file
+     that cannot be replaced (immutable, read-only mount), site-packages or the
+     state directory read-only or full, $TMPDIR too small, the lock path not a
+     file, a state folder or file that is a link, FIFO or device, or another
+     user's or writable by one, a wheel that cannot be downloaded or cached, a
+     truncated or corrupt wheel in --wheel_dir, or one whose sha256 is not the
+     released wheel's (a corrupt one in the cache, when apply --force or revert
+     needs it), wheel -o DIR that cannot take the wheel (a file, read-only,
+     immutable, full, a folder at the wheel's name), a --readme that cannot be
+     read or rewritten, an environment whose installed packages cannot be read
+     (a path longer than PATH_MAX) or a --python that reports no usable
+     environment; nothing was changed
   6  another run holds the lock
   7  patch data problem: a patch file corrupted or edited, the manifest
      missing, malformed, edited by hand or out of date, a path outside

@@ -187,6 +187,9 @@ def _probe_subprocess(python: str) -> dict:
   if not (os.path.isfile(python) and os.access(python, os.X_OK)):
     raise errors.UsageError(
         f'--python={python}: not an executable file.')
+  # Imported here: trust describes Environments.
+  from migration import trust  # pylint: disable=g-import-not-at-top
+  trust.check_interpreter(python)
   source = inspect.getsource(targetenv)
   try:
     # cwd=/ so that nothing in the current directory shadows a module.
@@ -223,7 +226,8 @@ def detect(python: str | None = None) -> Environment:
 
   Raises:
     UsageError: ``python`` is not an executable.
-    EnvironmentProblem: ``python`` cannot report its environment.
+    EnvironmentProblem: ``python`` cannot report its environment, or
+      another user can change it (``trust.check_interpreter``).
   """
   if python is None:
     return _from_probe(_check_report(targetenv.probe(), sys.executable))

@@ -151,24 +151,22 @@ def parse(data: bytes, where: str, env: environment.Environment) -> Journal:
   return journal
 
 
-def adopt_moved(env: environment.Environment, sdir: str) -> str | None:
-  """Moves the journal of this install's run killed before a move here.
+def find_moved(env: environment.Environment,
+               sdir: str) -> tuple[str, Journal] | None:
+  """Finds the journal of this install's run killed before a move here.
 
   A moved or renamed venv has a new state folder (``statedir``); the
   journal of a run killed before the move is in the folder of the old path,
   in the same root. It is this install's when that path is gone and a
   temporary file it names (a random name) is beside this install's files.
-  Call under the install's lock, when ``sdir`` has no journal.
+  Reads only.
 
   Args:
     env: the target environment.
     sdir: this install's state folder.
 
   Returns:
-    The path the journal was moved from, or None if none was found.
-
-  Raises:
-    OSError: it could not be moved.
+    ``(its path, the journal with this install's jax_dir)``, or None.
   """
   root = os.path.dirname(sdir)
   try:
@@ -196,10 +194,28 @@ def adopt_moved(env: environment.Environment, sdir: str) -> str | None:
       continue
     if any(os.path.lexists(tmp_path(env, e, n)) for e in journal.entries
            for n in (e.old_tmp, e.new_tmp) if n is not None):
-      write(sdir, journal)
-      os.remove(path(other))
-      return path(other)
+      return path(other), journal
   return None
+
+
+def adopt_moved(env: environment.Environment, sdir: str) -> str | None:
+  """Moves the journal that ``find_moved`` finds into ``sdir``.
+
+  Call under the install's lock, when ``sdir`` has no journal.
+
+  Returns:
+    The path the journal was moved from, or None if none was found.
+
+  Raises:
+    OSError: it could not be moved.
+  """
+  found = find_moved(env, sdir)
+  if found is None:
+    return None
+  where, journal = found
+  write(sdir, journal)
+  os.remove(where)
+  return where
 
 
 def temp_paths(data: bytes, env: environment.Environment) -> list[str]:

@@ -26,7 +26,7 @@ releases take.
 
 A moved or renamed venv gets a new key. A journal of a run killed before
 the move stays in the folder of the old key (the root moves with the venv);
-``adopt_moved_journal`` moves it into the new folder when it is provably
+``journal.adopt_moved`` moves it into the new folder when it is provably
 this install's: its install's old path is gone and a temporary file it
 names is beside this install's files.
 
@@ -67,12 +67,32 @@ JSON_LIMIT = 1 << 20
 FILE_LIMIT = 64 << 20
 
 
+# The state roots this process resolved: (the variable, site-packages) ->
+# the root, the links above it resolved.
+_roots: dict[tuple[str | None, str | None], str] = {}
+
+
 def root_dir(env: environment.Environment) -> str:
   """Returns the state root of ``env`` (see the module docstring).
+
+  The links of the folders above it are resolved once, the first time it
+  is asked for: every later check and write goes through that path, never
+  again through a link on the way (``trust``).
 
   Raises:
     UsageError: ``$JAX_INTERPRET_PATCHES_STATE_DIR`` is not absolute.
   """
+  key = (os.environ.get(STATE_DIR_ENV), env.site_packages or env.purelib)
+  if key not in _roots:
+    # The root itself is not resolved: one that is a link is refused
+    # (check_dir).
+    root = _root_dir(env)
+    _roots[key] = os.path.join(os.path.realpath(os.path.dirname(root)),
+                               os.path.basename(root))
+  return _roots[key]
+
+
+def _root_dir(env: environment.Environment) -> str:
   override = os.environ.get(STATE_DIR_ENV)
   if override:
     if not os.path.isabs(override):

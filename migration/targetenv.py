@@ -69,27 +69,36 @@ def probe():
 
 def _site_packages():
   """This interpreter's site-packages folders, purelib first, found as
-  ``site`` does (its venv's, then the base's if the venv includes them)
-  but without running ``.pth`` files; for ``-S``."""
-  prefixes = [sys.prefix]
+  ``site`` finds them (its venv's, then the base's where there is no venv
+  or it includes them) but without running ``.pth`` files; for ``-S``."""
+  version = 'python%d.%d' % sys.version_info[:2]
+  platlibdir = getattr(sys, 'platlibdir', 'lib')
+  libdirs = [platlibdir] + (['lib'] if platlibdir != 'lib' else [])
+  venv = None
   here = os.path.dirname(os.path.abspath(sys.executable))
   for d in (here, os.path.dirname(here)):
-    cfg = os.path.join(d, 'pyvenv.cfg')
-    if os.path.isfile(cfg):
-      # Python < 3.11 applies a venv in site, not at startup.
-      prefixes = [d]
-      with open(cfg, encoding='utf-8') as f:
-        for line in f:
-          key, _, value = line.partition('=')
-          if (key.strip().lower() == 'include-system-site-packages'
-              and value.strip().lower() == 'true'):
-            prefixes.append(sys.base_prefix)
+    if os.path.isfile(os.path.join(d, 'pyvenv.cfg')):
+      venv = d  # Python < 3.11 applies a venv in site, not at startup.
       break
   out = []
-  for prefix in prefixes:
-    paths = sysconfig.get_paths(vars={'base': prefix, 'platbase': prefix})
+  base = True
+  if venv is not None:
+    out += [os.path.join(venv, lib, version, 'site-packages')
+            for lib in libdirs]
+    with open(os.path.join(venv, 'pyvenv.cfg'), encoding='utf-8') as f:
+      base = any(
+          line.partition('=')[0].strip().lower()
+          == 'include-system-site-packages'
+          and line.partition('=')[2].strip().lower() == 'true'
+          for line in f)
+  if base:
+    # The base's, as its own (perhaps a distribution's) scheme says.
+    paths = sysconfig.get_paths(vars={'base': sys.base_prefix,
+                                      'platbase': sys.base_exec_prefix})
     out += [paths['purelib'], paths['platlib']]
-  return list(dict.fromkeys(out))
+    out += [os.path.join(sys.base_prefix, lib, version, 'site-packages')
+            for lib in libdirs]
+  return [p for p in dict.fromkeys(out) if os.path.isdir(p)] or out[:1]
 
 
 def _probe():

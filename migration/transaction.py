@@ -3,7 +3,9 @@
 A run classifies the target files once (again under the lock only if another
 run changed them meanwhile), checks the state directory (``statedir``: the
 install's own folder, private; its journal and record well-formed), then
-(unless ``--dry_run``) takes the lock in it, adopts an older release's
+(unless ``--dry_run``) checks that this user owns the install and that no
+other user can change a folder it writes in (``trust``), takes the
+install's lock and the lock in its state folder, adopts an older release's
 state of this install, settles an interrupted run (below),
 removes what killed runs left behind, probes that every target file and its
 directories can be replaced (``chattr +i``, a read-only mount: exit 5), and
@@ -14,8 +16,10 @@ files are backed up; then the commit:
 1. For every file that changes, two temporary files are written beside it
    (created exclusively, fsynced): its current and its new content.
 2. The journal (``journal.py``) is written: phase ``commit``.
-3. Each file is replaced (``os.replace``); stale ``__pycache__`` entries
-   are removed; the record is written.
+3. Each file is replaced, compare and swap (``journal.move``): a file that
+   another process changed since the plan read it is left as it is and the
+   run is undone (exit 4); stale ``__pycache__`` entries are removed; the
+   record is written.
 4. The temporary files and the journal are removed.
 
 Recovery rules:
@@ -557,6 +561,8 @@ def inspect_state(status: state.Status) -> tuple[bool, str | None]:
   if journal is not None and journal.dist_version not in (
       None, env.dist_version):
     interrupted = False  # Of a jax replaced since: dropped, not settled.
+  if journal is None and journal_lib.find_moved(env, sdir) is not None:
+    interrupted = True  # Killed before the venv moved.
   return interrupted, None
 
 

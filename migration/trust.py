@@ -3,13 +3,14 @@
 The privilege model: the tool changes an install (``apply``, ``revert``)
 only as the user who owns its ``site-packages/jax`` (links resolved). A run
 as anyone else, root included, is refused with exit code 5 before anything
-is read from or written to the state folder, naming the owner and the
+is written, naming the owner and the
 command that works: ``sudo -u OWNER ...``. So the tool never acts with more
 rights than the install's owner has, and nothing the owner can change (their
 folders, their state files) can steer it to another user's files: there is
 no ``chown`` and no check-then-use of a path across a privilege boundary.
 ``status``, ``check``, dry runs and ``wheel`` write nothing in the install
-and run as anyone.
+and run as anyone; but ``--python`` runs only an interpreter that no other
+user can change (``check_interpreter``).
 
 Every folder the tool writes in (each target file's folder and its
 ``__pycache__``, the state root and the install's state folder) must also
@@ -17,11 +18,11 @@ be *trusted*: it and each folder above it, links resolved, is a real folder
 owned by root or this user and writable by no other user, by its mode or
 by a POSIX ACL (a group-writable one only if the group is its owner's
 alone), except that a sticky folder (``/tmp``) may be writable by all when
-the entry below it is owned by root or this user. The paths were resolved
-once, when the environment was detected (``environment``), and every write
-goes through them, never again through a link on the way.
-Then no other user can swap a folder on the path for a link between a
-check and a write. A ``__pycache__`` that is a link is refused too, as it
+the entry below it is owned by root or this user. Then no other user can
+swap a folder on the path for a link between a check and a write; and the
+paths were resolved once, when the environment was detected
+(``environment``), so every write goes through them, never again through a
+link on the way. A ``__pycache__`` that is a link is refused too, as it
 would lead the removal of stale bytecode out of jax. Both refusals are
 exit code 5.
 """
@@ -173,6 +174,64 @@ def untrusted(path: str) -> str | None:
   except OSError as e:
     return f'{current}: {e.strerror}'
   return None
+
+
+def untrusted_file(path: str) -> str | None:
+  """Why file ``path`` is not trusted, or None: it (links resolved) and
+  every folder above it must be changeable only by root or this user, as
+  ``untrusted`` says of a folder.
+
+  Args:
+    path: an absolute path of an existing file.
+  """
+  real = os.path.realpath(path)
+  why = untrusted(os.path.dirname(real))
+  if why:
+    return why
+  trusted = {0, os.geteuid()}
+  try:
+    st = os.stat(real)
+  except OSError as e:
+    return f'{real}: {e.strerror}'
+  if st.st_uid not in trusted:
+    return f'{real} belongs to {_user(st.st_uid)}'
+  if _others_can_write(st):
+    return (f'{real} is writable by other users (mode '
+            f'{stat.S_IMODE(st.st_mode):o})')
+  acl = _acl_writer(real, trusted)
+  return f'{real} is writable by {acl}' if acl else None
+
+
+def check_interpreter(python: str) -> None:
+  """Refuses to run an interpreter that another user could change.
+
+  ``--python`` runs the named interpreter to find its jax; what it runs
+  (its executable, and the ``pyvenv.cfg`` beside it, whose ``home`` says
+  where its standard library is) would run as this user, who may be root.
+  So they, and every folder above them, must be changeable only by root or
+  this user (``untrusted_file``): another user's venv is inspected by that
+  user, never by root. (Its ``.pth`` files do not run: ``targetenv``.)
+
+  Args:
+    python: the interpreter, an absolute path.
+
+  Raises:
+    EnvironmentProblem: it, its folder or its ``pyvenv.cfg`` is not
+      trusted.
+  """
+  bindir = os.path.dirname(python)
+  paths = [python] + [os.path.join(d, 'pyvenv.cfg')
+                      for d in (bindir, os.path.dirname(bindir))]
+  for path in paths:
+    if path != python and not os.path.lexists(path):
+      continue
+    why = untrusted(bindir) or untrusted_file(path)
+    if why:
+      raise errors.EnvironmentProblem(
+          f'--python={python}: {why}, so running it would run code another '
+          f'user can change, as {_user(os.geteuid())}. Nothing was run. '
+          'Run the tool as that user (sudo -u USER), or name an '
+          'interpreter of your own.')
 
 
 def check_folders(env: environment.Environment, folders) -> None:

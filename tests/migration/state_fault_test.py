@@ -560,6 +560,68 @@ class StateFaultTest(absltest.TestCase):
     self.a.tool('revert')
     self.assertEnd(self.a, 'pristine')
 
+  def test_link_on_the_way_to_the_state_root_is_resolved_once(self):
+    # JAX_INTERPRET_PATCHES_STATE_DIR reaches root's state root through a
+    # link another user owns, which they point elsewhere after the checks.
+    uid, gid = self._other_user()
+    att = os.path.join(self.root, 'att')
+    real_root = os.path.join(self.root, 'root-state-parent')
+    evil = os.path.join(att, 'evil')
+    victim = os.path.join(self.root, 'root-only')
+    for d in (real_root, victim):
+      os.makedirs(d)
+      self.addCleanup(shutil.rmtree, d, ignore_errors=True)
+    os.chmod(victim, 0o700)
+    self.addCleanup(shutil.rmtree, att, ignore_errors=True)
+    os.makedirs(os.path.join(evil, 'st'))
+    key = os.path.basename(self.a.state_dir)
+    os.symlink(victim, os.path.join(evil, 'st', key))
+    link = os.path.join(att, 'lnk')
+    os.symlink(real_root, link)
+    self._chown_tree(att, (uid, gid))
+    run = self._stopped_run('apply', 'recovered', env={
+        'JAX_INTERPRET_PATCHES_STATE_DIR': os.path.join(link, 'st')})
+    os.remove(link)
+    os.symlink(evil, link)
+    code, err = self._resume(run)
+    self.assertEqual(code, 0, err)
+    self.assertEnd(self.a, 'patched')
+    self.assertEqual(os.listdir(victim), [])
+    self.assertTrue(os.path.isfile(os.path.join(real_root, 'st', key,
+                                                'applied.json')))
+    self.a.tool('revert', env={'JAX_INTERPRET_PATCHES_STATE_DIR':
+                               os.path.join(real_root, 'st')})
+    self.assertEnd(self.a, 'pristine')
+
+  def test_venv_of_a_distributions_python_is_probed(self):
+    # Debian's Python installs into local/lib/.../dist-packages by default;
+    # its venvs into lib/.../site-packages, which the -S probe must find.
+    system = '/usr/bin/python3'
+    if not os.path.exists(system):
+      self.skipTest(f'no {system}')
+    venv = os.path.join(self.root, 'system-venv')
+    self.addCleanup(shutil.rmtree, venv, ignore_errors=True)
+    proc = _run([system, '-m', 'venv', '--without-pip', venv])
+    if proc.returncode:
+      self.skipTest(f'{system} cannot make a venv: {proc.stderr}')
+    site = _run([os.path.join(venv, 'bin', 'python'), '-c',
+                 'import sysconfig; print(sysconfig.get_paths("venv" if '
+                 '"venv" in sysconfig.get_scheme_names() else '
+                 '"posix_prefix")["purelib"])']).stdout.strip()
+    proc = _run([sys.executable, '-m', 'pip', 'install', '-q', '--no-deps',
+                 '--disable-pip-version-check', '--ignore-requires-python',
+                 '--no-compile', '--target', site, self.wheel])
+    self.assertEqual(proc.returncode, 0, proc.stderr)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO,
+                                                       self.venv.deps]))
+    proc = _run([sys.executable, '-m', 'migration', 'status', '--json',
+                 f'--python={os.path.join(venv, "bin", "python")}'],
+                env=env, cwd=self.root, timeout=TIMEOUT_S)
+    self.assertEqual(proc.returncode, 0, proc.stderr)
+    data = json.loads(proc.stdout)
+    self.assertEqual((data['environment']['jax'], data['state']),
+                     (VERSION, 'pristine'))
+
   def test_pth_files_of_the_inspected_python_do_not_run(self):
     # --python runs the named interpreter to find its jax: with -I -S, none
     # of its .pth files (code of whoever can write its site-packages) runs
@@ -581,6 +643,29 @@ class StateFaultTest(absltest.TestCase):
     # The interpreter itself runs it (the check of this test).
     _run([self.venv.python, '-c', 'pass'])
     self.assertTrue(os.path.exists(marker))
+
+  def test_python_another_user_can_change_is_not_run(self):
+    # Its executable's folder or its pyvenv.cfg (whose `home` says where
+    # its standard library is) is another user's: running it would run
+    # their code as root.
+    uid, gid = self._other_user()
+    venv_dir = os.path.dirname(os.path.dirname(self.venv.python))
+    cfg = os.path.join(venv_dir, 'pyvenv.cfg')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO,
+                                                       self.venv.deps]))
+    for name, path in (('its folder', os.path.dirname(self.venv.python)),
+                       ('its pyvenv.cfg', cfg)):
+      with self.subTest(case=name):
+        os.chown(path, uid, gid)
+        try:
+          proc = _run([sys.executable, '-m', 'migration', 'status',
+                       f'--python={self.venv.python}'], env=env,
+                      cwd=self.root, timeout=TIMEOUT_S)
+        finally:
+          os.chown(path, 0, 0)
+        self.assertEqual(proc.returncode, 5, proc.stderr)
+        self.assertIn(f'belongs to {OTHER_USER}', proc.stderr)
+        self.assertIn('Nothing was run', proc.stderr)
 
   # Issue 42: one lock per install, whatever reached it.
 
@@ -686,6 +771,7 @@ class StateFaultTest(absltest.TestCase):
     moved = Install(self, self.a.site + '-moved')
     os.rename(self.a.site, moved.site)
     self.addCleanup(os.rename, moved.site, self.a.site)
+    self.assertTrue(moved.status()['interrupted'])
     proc = moved.tool('apply')
     self.assertIn('Completed an interrupted apply', proc.stdout)
     self.assertEnd(moved, 'patched')
