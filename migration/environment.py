@@ -132,6 +132,9 @@ def _check_report(data: object, source: str) -> dict:
   for key in ('jax', 'jaxlib', 'site_packages'):
     if data.get(key) is not None and not isinstance(data[key], str):
       raise bad(f'{key!r} is not a string')
+  for key in ('executable', 'purelib', 'site_packages'):
+    if '\0' in (data.get(key) or ''):
+      raise bad(f'{key!r} has a NUL byte')
   record = data.get('record')
   if not isinstance(record, dict) or not all(
       isinstance(k, str) and isinstance(v, str) for k, v in record.items()):
@@ -189,7 +192,7 @@ def _probe_subprocess(python: str) -> dict:
         f'--python={python}: not an executable file.')
   # Imported here: trust describes Environments.
   from migration import trust  # pylint: disable=g-import-not-at-top
-  trust.check_interpreter(python)
+  python = trust.check_interpreter(python)  # Runs the path it checked.
   source = inspect.getsource(targetenv)
   try:
     # cwd=/ so that nothing in the current directory shadows a module.

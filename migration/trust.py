@@ -29,6 +29,7 @@ exit code 5.
 
 from __future__ import annotations
 
+import glob
 import grp
 import os
 import pwd
@@ -202,36 +203,65 @@ def untrusted_file(path: str) -> str | None:
   return f'{real} is writable by {acl}' if acl else None
 
 
-def check_interpreter(python: str) -> None:
-  """Refuses to run an interpreter that another user could change.
+def check_interpreter(python: str) -> str:
+  """Checks an interpreter that another user could change; returns the
+  path to run.
 
   ``--python`` runs the named interpreter to find its jax; what it runs
-  (its executable, and the ``pyvenv.cfg`` beside it, whose ``home`` says
-  where its standard library is) would run as this user, who may be root.
-  So they, and every folder above them, must be changeable only by root or
-  this user (``untrusted_file``): another user's venv is inspected by that
-  user, never by root. (Its ``.pth`` files do not run: ``targetenv``.)
+  (its executable, the ``pyvenv.cfg`` beside it, and the standard library
+  its ``home`` names) would run as this user, who may be root. So they, and
+  every folder above them, must be changeable only by root or this user
+  (``untrusted_file``): another user's venv is inspected by that user,
+  never by root. (Its ``.pth`` files do not run: ``targetenv``.) The path
+  returned is the one checked: its folder resolved once, here, so that a
+  link on the way that changes afterwards does not change what runs.
 
   Args:
     python: the interpreter, an absolute path.
 
+  Returns:
+    The path to run: ``python`` in its folder with links resolved.
+
   Raises:
-    EnvironmentProblem: it, its folder or its ``pyvenv.cfg`` is not
-      trusted.
+    EnvironmentProblem: it, its folder, its ``pyvenv.cfg`` or the folders
+      its ``home`` names are not trusted.
   """
-  bindir = os.path.dirname(python)
-  paths = [python] + [os.path.join(d, 'pyvenv.cfg')
-                      for d in (bindir, os.path.dirname(bindir))]
-  for path in paths:
-    if path != python and not os.path.lexists(path):
+  bindir = os.path.realpath(os.path.dirname(python))
+  python = os.path.join(bindir, os.path.basename(python))
+  checks = [(untrusted, bindir), (untrusted_file, python)]
+  for d in (bindir, os.path.dirname(bindir)):
+    cfg = os.path.join(d, 'pyvenv.cfg')
+    if not os.path.lexists(cfg):
       continue
-    why = untrusted(bindir) or untrusted_file(path)
+    checks.append((untrusted_file, cfg))
+    for home in _venv_homes(cfg):
+      checks.append((untrusted, home))
+      prefix = os.path.dirname(home)
+      checks += [(untrusted, p)
+                 for p in glob.glob(os.path.join(glob.escape(prefix),
+                                                 'lib*', 'python3*'))]
+  for check, path in checks:
+    why = check(path)
     if why:
       raise errors.EnvironmentProblem(
           f'--python={python}: {why}, so running it would run code another '
           f'user can change, as {_user(os.geteuid())}. Nothing was run. '
           'Run the tool as that user (sudo -u USER), or name an '
           'interpreter of your own.')
+  return python
+
+
+def _venv_homes(cfg: str) -> list[str]:
+  """The ``home`` folders that a ``pyvenv.cfg`` names (its base Python's
+  ``bin``, whose standard library a venv loads); unreadable: none."""
+  try:
+    with open(cfg, encoding='utf-8', errors='replace') as f:
+      lines = f.read(1 << 16).splitlines()
+  except OSError:
+    return []
+  return [value.strip() for key, _, value in (line.partition('=')
+                                               for line in lines)
+          if key.strip().lower() == 'home' and os.path.isabs(value.strip())]
 
 
 def check_folders(env: environment.Environment, folders) -> None:

@@ -21,6 +21,7 @@ import zlib
 from absl import logging
 
 from migration import errors
+from migration import trust
 
 
 WHEEL_DIRS_ENV = 'JAX_INTERPRET_PATCHES_WHEEL_DIRS'
@@ -174,9 +175,17 @@ def _download(version: str, cache: str, sha256: str | None = None) -> str:
 
   Raises:
     OSError: the cache is not writable.
-    UnsupportedError, EnvironmentProblem: as ``pristine_wheel``.
+    UnsupportedError, EnvironmentProblem: as ``pristine_wheel``; the cache
+      or a folder above it is one another user can change
+      (``trust.untrusted``).
   """
   name = wheel_name(version)
+  why = trust.untrusted(cache)
+  if why:  # E.g. root's HOME another user's (sudo -E).
+    raise errors.EnvironmentProblem(
+        f'The wheel cache {cache} is not used: {why}, so another user could '
+        'redirect what is written there. Nothing was changed. Set '
+        'JAX_INTERPRET_PATCHES_CACHE to a folder of your own.')
   os.makedirs(cache, exist_ok=True)
   with tempfile.TemporaryDirectory(dir=cache) as tmp:
     tmp = os.path.abspath(tmp)

@@ -338,5 +338,17 @@ class CliErrorsTest(absltest.TestCase):
     self.assertEqual(os.listdir(self.work), [])
 
 
+class ProbeReportTest(absltest.TestCase):
+
+  def test_nul_byte_in_a_reported_path_is_an_environment_problem(self):
+    from migration import environment  # pylint: disable=g-import-not-at-top
+    from migration import errors  # pylint: disable=g-import-not-at-top
+    report = {'python': '3.12.1', 'executable': '/x/bin/python',
+              'purelib': '/x/lib\0/site-packages', 'jax': None,
+              'jaxlib': None, 'site_packages': None, 'record': {}}
+    with self.assertRaisesRegex(errors.EnvironmentProblem, 'NUL byte'):
+      environment._check_report(report, '/x/bin/python')  # pylint: disable=protected-access
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -593,6 +593,71 @@ class StateFaultTest(absltest.TestCase):
                                os.path.join(real_root, 'st')})
     self.assertEnd(self.a, 'pristine')
 
+  def test_python_is_run_by_the_path_that_was_checked(self):
+    # Named through a link in a folder another user owns, it runs from its
+    # folder resolved when it was checked: a link swapped in between does
+    # not change what runs.
+    uid, gid = self._other_user()
+    att = os.path.join(self.root, 'att')
+    os.makedirs(att)
+    self.addCleanup(shutil.rmtree, att, ignore_errors=True)
+    venv_dir = os.path.dirname(os.path.dirname(self.venv.python))
+    os.symlink(venv_dir, os.path.join(att, 'v'))
+    self._chown_tree(att, (uid, gid))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO,
+                                                       self.venv.deps]))
+    proc = _run([sys.executable, '-m', 'migration', 'status', '--json',
+                 f'--python={os.path.join(att, "v", "bin", "python")}'],
+                env=env, cwd=self.root, timeout=TIMEOUT_S)
+    self.assertEqual(proc.returncode, 0, proc.stderr)
+    self.assertEqual(
+        json.loads(proc.stdout)['environment']['python_executable'],
+        os.path.join(os.path.realpath(venv_dir), 'bin', 'python'))
+
+  def test_python_whose_home_another_user_can_change_is_not_run(self):
+    # A venv's pyvenv.cfg names its base Python's folder (`home`), whose
+    # standard library it loads.
+    uid, gid = self._other_user()
+    fake = os.path.join(self.root, 'att', 'base', 'bin')
+    os.makedirs(fake)
+    self.addCleanup(shutil.rmtree, os.path.join(self.root, 'att'),
+                    ignore_errors=True)
+    self._chown_tree(os.path.join(self.root, 'att'), (uid, gid))
+    cfg = os.path.join(os.path.dirname(os.path.dirname(self.venv.python)),
+                       'pyvenv.cfg')
+    with open(cfg, encoding='utf-8') as f:
+      original = f.read()
+    self.addCleanup(lambda: open(cfg, 'w', encoding='utf-8').write(original))
+    with open(cfg, 'w', encoding='utf-8') as f:
+      f.write(''.join(f'home = {fake}\n' if line.startswith('home')
+                      else line for line in original.splitlines(True)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO,
+                                                       self.venv.deps]))
+    proc = _run([sys.executable, '-m', 'migration', 'status',
+                 f'--python={self.venv.python}'], env=env, cwd=self.root,
+                timeout=TIMEOUT_S)
+    self.assertEqual(proc.returncode, 5, proc.stderr)
+    self.assertIn(f'belongs to {OTHER_USER}', proc.stderr)
+    self.assertIn('Nothing was run', proc.stderr)
+
+  def test_wheel_cache_another_user_can_change_is_not_written(self):
+    uid, gid = self._other_user()
+    att = os.path.join(self.root, 'att')
+    os.makedirs(att)
+    self.addCleanup(shutil.rmtree, att, ignore_errors=True)
+    os.chown(att, uid, gid)
+    cache = os.path.join(att, 'cache')
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith('JAX_INTERPRET_PATCHES_')}
+    env.update(PYTHONPATH=os.pathsep.join([REPO, self.venv.deps]),
+               JAX_INTERPRET_PATCHES_CACHE=cache, HOME=self.home)
+    proc = _run([sys.executable, '-m', 'migration', 'check',
+                 f'--version={VERSION}'], env=env, cwd=self.root,
+                timeout=TIMEOUT_S)
+    self.assertEqual(proc.returncode, 5, proc.stderr)
+    self.assertIn('is not used', proc.stderr)
+    self.assertEqual(os.listdir(att), [])
+
   def test_venv_of_a_distributions_python_is_probed(self):
     # Debian's Python installs into local/lib/.../dist-packages by default;
     # its venvs into lib/.../site-packages, which the -S probe must find.
