@@ -86,7 +86,9 @@ def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
   it from the package index with ``pip download --no-deps`` into the cache.
   With ``sha256`` (the manifest's ``wheel_sha256``), a wheel found or
   downloaded must have it: a same-named wheel that is not the released one
-  (rebuilt, edited) is never used.
+  (rebuilt, edited) is never used. A wheel in a folder that another user
+  can change (``trust.untrusted``) is never used either: it could be
+  swapped after its hash is checked.
 
   Args:
     version: the jax version, e.g. ``0.12.0``.
@@ -101,7 +103,8 @@ def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
     UsageError: ``version`` is not a version number.
     UnsupportedError: the package index has no such jax release.
     EnvironmentProblem: the wheel is not found and cannot be downloaded, or
-      the one found is not a readable zip or has another sha256 than
+      the one found is in a folder another user can change, or is not a
+      readable zip or has another sha256 than
       ``sha256`` (a cached one is downloaded again instead), or the one
       downloaded has another sha256.
   """
@@ -112,6 +115,13 @@ def pristine_wheel(version: str, extra_dirs: tuple[str, ...] = (),
   for d in (*extra_dirs, cache):
     candidate = os.path.join(d, name)
     if os.path.isfile(candidate):
+      why = trust.untrusted(d)
+      if why:  # It could be swapped after its hash is checked.
+        raise errors.EnvironmentProblem(
+            f'{candidate} is not used: {why}, so another user could swap it '
+            'for another wheel after it is checked. Nothing was changed. '
+            'Use a wheel folder (--wheel_dir, JAX_INTERPRET_PATCHES_CACHE) '
+            'of your own.')
       problem = _not_released(candidate, sha256)
       if problem is None:
         return candidate

@@ -640,7 +640,7 @@ class StateFaultTest(absltest.TestCase):
     self.assertIn(f'belongs to {OTHER_USER}', proc.stderr)
     self.assertIn('Nothing was run', proc.stderr)
 
-  def test_wheel_cache_another_user_can_change_is_not_written(self):
+  def test_wheel_cache_another_user_can_change_is_not_used(self):
     uid, gid = self._other_user()
     att = os.path.join(self.root, 'att')
     os.makedirs(att)
@@ -657,6 +657,20 @@ class StateFaultTest(absltest.TestCase):
     self.assertEqual(proc.returncode, 5, proc.stderr)
     self.assertIn('is not used', proc.stderr)
     self.assertEqual(os.listdir(att), [])
+    # Nor read from it, when a wheel is already there: it could be swapped
+    # after its hash is checked (the released one here).
+    os.makedirs(os.path.join(cache, 'wheels'))
+    shutil.copy(self.wheel, os.path.join(cache, 'wheels'))
+    self._chown_tree(att, (uid, gid))
+    out = os.path.join(self.root, 'wheel-out')
+    self.addCleanup(shutil.rmtree, out, ignore_errors=True)
+    for args in (['check', f'--version={VERSION}'],
+                 ['wheel', f'--version={VERSION}', '-o', out]):
+      proc = _run([sys.executable, '-m', 'migration', *args], env=env,
+                  cwd=self.root, timeout=TIMEOUT_S)
+      self.assertEqual(proc.returncode, 5, proc.stderr)
+      self.assertIn('could swap it', proc.stderr)
+    self.assertFalse(os.path.exists(out) and os.listdir(out))
 
   def test_venv_of_a_distributions_python_is_probed(self):
     # Debian's Python installs into local/lib/.../dist-packages by default;
