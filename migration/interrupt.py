@@ -12,8 +12,9 @@ Removing a temporary file or a scratch directory (``fsutil``) defers a
 signal too, so cleanup is not cut short. A signal that comes while Python
 runs a finalizer (``__del__``), where an exception would only be printed
 and dropped, is noted too, and raised at the end of the next ``deferred()``
-block or by ``raise_pending`` before the run prints its outcome. Once the run's outcome is decided,
-``hold`` blocks the signals, so a run that printed success exits 0.
+block or by ``raise_pending`` before the run prints its outcome. Once the
+run's outcome is decided, ``hold`` blocks the signals, so a run that printed
+success exits 0.
 
 A signal that comes before ``python -m migration`` runs its first line
 gets Python's default action (SIGINT: ``KeyboardInterrupt``).

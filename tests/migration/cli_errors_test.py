@@ -347,7 +347,8 @@ class ProbeReportTest(absltest.TestCase):
               'purelib': '/x/lib\0/site-packages', 'jax': None,
               'jaxlib': None, 'site_packages': None, 'record': {}}
     with self.assertRaisesRegex(errors.EnvironmentProblem, 'NUL byte'):
-      environment._check_report(report, '/x/bin/python')  # pylint: disable=protected-access
+      # pylint: disable-next=protected-access
+      environment._check_report(report, '/x/bin/python')
 
 
 if __name__ == '__main__':
