@@ -112,17 +112,38 @@ class InterpretStochasticRoundTest(test_util.InterpretTestCase):
     # A quarter of the gap above 1 (exact in float32), and its negation.
     x = np.full((8, 128), toward_zero + (away - toward_zero) / 4, np.float32)
     x[4:] *= -1
-    # Bits k * 2**22, k = 0, ..., 1023 in each half: as a fraction of 2**32,
-    # k / 1024, below 1/4 for k < 256.
-    k = np.arange(8 * 128).reshape(8, 128) % 512 * 2
-    bits = (k * 2**22).astype(np.uint32)
+    # Bits k * 2**14, k = 0, ..., 511 in each half: their low 23 bits, as a
+    # fraction of 2**23, are k / 512, below 1/4 for k < 128. Bits 23 to 31
+    # (here 2**31 in every other element) are not compared.
+    k = np.arange(8 * 128).reshape(8, 128) % 512
+    bits = (k * 2**14 + k % 2 * 2**31).astype(np.uint32)
 
     result = self._stochastic_round(x, bits, dtype)
-    expected = np.where(k < 256, away, toward_zero) * np.sign(x)
+    expected = np.where(k < 128, away, toward_zero) * np.sign(x)
     np.testing.assert_array_equal(result, expected)
     # The mean of each half is `x`: 1/4 of its elements rounded away.
     np.testing.assert_array_equal(
         result.reshape(2, -1).mean(axis=1), x[[0, 4], 0])
+
+  # How many of 1024 elements a TPU v5e (jax 0.10.2, 2026-12-05) rounds away
+  # from zero, float32 to bfloat16: `x = 1 + f * 2**-7` (`f` of the gap
+  # above 1; negated for `f < 0`), bits `i << shift` in element
+  # `i = 0, ..., 1023`.
+  @parameterized.parameters(
+      (22, 0.25, 512), (22, 0.75, 1024),
+      (13, 0.25, 256), (13, 0.5, 512), (13, 0.01, 11), (13, -0.25, 256),
+      (12, 0.25, 512), (12, 0.5, 1024), (12, 0.01, 21),
+      (0, 0.25, 1024), (0, 0.5, 1024), (0, 0.01, 1024),
+  )
+  def test_stochastic_round_to_bfloat16_as_a_tpu_v5e(self, shift, f, count):
+    x = np.full((8, 128), np.sign(f) * (1 + abs(f) * 2**-7), np.float32)
+    i = np.arange(8 * 128, dtype=np.uint32).reshape(8, 128)
+    result = self._stochastic_round(x, i << shift, jnp.bfloat16)
+    away = np.abs(result) > 1
+    self.assertEqual(int(np.sum(away)), count)
+    # Those whose low 23 bits, as a fraction of 2**23, are below `|f|`.
+    np.testing.assert_array_equal(
+        away, ((i << shift) & 0x7FFFFF) < abs(f) * 2**23)
 
   @parameterized.parameters(
       jnp.bfloat16, jnp.float8_e5m2, jnp.float8_e4m3fn,
