@@ -41,11 +41,11 @@ overwrite data that is still in use. What *is* needed is one receive
 semaphore per slot. DMAs that signal the same semaphore may complete in any
 order, on hardware as in the interpreter (whose default
 `dma_execution_mode='on_wait'` completes pending DMAs out of order on
-purpose). With a single receive semaphore counting bytes, "one block has
-arrived" would not mean "the block I forward next has arrived"; with a
-semaphore per slot, each step waits for exactly that block. Race detection
-checks that every read of a slot is ordered after its write, in both DMA
-execution modes.
+purpose). With a single receive semaphore counting every block's data,
+"one block has arrived" would not mean "the block I forward next has
+arrived"; with a semaphore per slot, each step waits for exactly that block.
+Race detection checks that every read of a slot is ordered after its write,
+in both DMA execution modes.
 
 Runs on 4 simulated CPU devices in TPU interpret mode and needs a jax whose
 interpreter supports non-decrementing waits and `pl.semaphore_read`.

@@ -171,6 +171,7 @@ _DYNAMIC_GRID = 'tpu_pallas_interpret_dynamic_grid_test.py'
 _SPARSECORE_BITCAST = 'tpu_pallas_interpret_sparsecore_bitcast_test.py'
 _HOST_DMA = 'tpu_pallas_interpret_host_dma_test.py'
 _REVISIT_ANY = 'tpu_pallas_interpret_revisit_test.py'
+_DMA_SEMAPHORE_COUNT = 'tpu_pallas_interpret_dma_semaphore_count_test.py'
 
 
 def _tests(file: str, name: str,
@@ -387,6 +388,10 @@ CHANGES = (
     Change(
         prefix='0045',
         tests=_tests(_REVISIT_ANY, 'InterpretRevisitAnyTest'),
+    ),
+    Change(
+        prefix='0046',
+        tests=_tests(_DMA_SEMAPHORE_COUNT, 'InterpretDmaSemaphoreCountTest'),
     ),
     Change(
         prefix=None,

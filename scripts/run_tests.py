@@ -5,7 +5,8 @@ each file as its own test target: files that request several CPU devices
 cannot share a process with files that need one. `--jobs` of those processes
 run side by side (as `bazel test --local_test_jobs=2` runs the targets); each
 one's output is printed whole when it ends, in file order. Then the migration
-tests, the jax_fork tests and the examples run one at a time, their output
+tests, the jax_fork tests, the examples and the check against recordings of a
+TPU (`tests/hardware_parity_test.py`) run one at a time, their output
 streamed: they make venvs and git repositories and run the main job's
 kernels, and the migration tests time their fault injection. ruff runs first.
 Each stage starts with `== NAME` and ends with `== NAME: N passed, N failed, N
@@ -20,9 +21,10 @@ failed subtest fails its test). ruff counts as one test.
 Usage: python scripts/run_tests.py [--scope=all|kernels] [--jobs=N]
            [--files=carried|all] [-- PYTEST_ARGS...]
 
---scope=kernels runs only the interpreter tests and the examples (what
-differs between jax releases of one minor line); all adds the tests of the
-migration tool and of the maintainers' jax_fork, and ruff.
+--scope=kernels runs only the interpreter tests, the examples and the
+check against recordings of a TPU (what differs between jax releases of one
+minor line); all adds the tests of the migration tool and of the
+maintainers' jax_fork, and ruff.
 
 --files=carried (the default) runs, of `tests/pallas`, only the files of the
 changes that the installed jax release's series carries
@@ -49,7 +51,8 @@ from absl import flags
 
 _SCOPE = flags.DEFINE_enum(
     'scope', 'all', ['all', 'kernels'],
-    'all: every test and ruff; kernels: tests/pallas and the examples.')
+    'all: every test and ruff; kernels: tests/pallas, the examples and the'
+    ' hardware parity check.')
 _JOBS = flags.DEFINE_integer(
     'jobs', min(2, os.cpu_count() or 1),
     'How many files of tests/pallas run side by side, each in its own pytest'
@@ -171,6 +174,7 @@ def main(argv: list[str]) -> int:
     one_at_a_time.append(ROOT / 'tests' / 'migration')
     one_at_a_time.append(ROOT / 'tests' / 'jax_fork')
   one_at_a_time.append(ROOT / 'tests' / 'examples_test.py')
+  one_at_a_time.append(ROOT / 'tests' / 'hardware_parity_test.py')
   totals = [0, 0, 0]
   run_start = time.monotonic()
 

@@ -450,7 +450,7 @@ class UpstreamExportTest(absltest.TestCase):
     own = [c for c in upstream.CHANGES if c.prefix is not None]
     self.assertEqual([p.name[:4] for p in to_export],
                      [c.prefix for c in own])
-    self.assertLen(to_export, 45)
+    self.assertLen(to_export, 46)
     for patch, written in zip(to_export, patches):
       self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
       self.assertTrue(os.path.exists(written[:-len('.patch')] + '.md'))
@@ -755,9 +755,10 @@ class UpstreamExportTest(absltest.TestCase):
             '        "//jax/_src/pallas/mosaic:sc_core",\n'
             '        "//jax/_src/pallas/mosaic:sc_primitives",\n').replace(
             '        "//jax/_src:checkify",\n        "//jax/_src/pallas",\n',
+            # 0046's dma_semaphore_count reads the dtype's width.
             '        "//jax/_src:api_util",\n'
-            '        "//jax/_src:checkify",\n        "//jax/_src:flattree",\n'
-            '        "//jax/_src:mesh",\n'
+            '        "//jax/_src:checkify",\n        "//jax/_src:dtypes",\n'
+            '        "//jax/_src:flattree",\n        "//jax/_src:mesh",\n'
             '        "//jax/_src:partial_eval",\n        "//jax/_src:random",\n'
             '        "//jax/_src:state_types",\n'
             '        "//jax/_src/pallas",\n').replace(

@@ -1,0 +1,433 @@
+"""Records what a TPU computes for small kernels whose semantics it decides.
+
+Run on a TPU (one program, so the chip is opened once):
+
+    python hardware/record.py -o hardware/recordings/tpu_v5_lite.json
+
+With `--interpret` the same kernels run in TPU interpret mode on CPU and
+the file records that instead (to compare by hand; the tests compare with
+the committed recording: `tests/hardware_parity_test.py`).
+
+What is recorded (each entry: the case's parameters and its result):
+
+- `dma_semaphore`: the value of a DMA semaphore after one copy, for copies
+  of several shapes and dtypes between memory spaces: `[the largest value read
+  while polling it 2000 times after start(), the value after that, the
+  value after wait()]`.
+- `stochastic_round`: `pltpu.stochastic_round` of float32 to bfloat16 of
+  1024 elements `x = sign(f) * (1 + |f| * 2**-7)` with random bits
+  `i << shift` in element `i`: the indices of the elements rounded away
+  from zero.
+- `elementwise`: an operation of `ELEMENTWISE_CASES` on edge values (integer
+  overflow, division by zero, shifts by 32 and more, float to integer
+  conversion of NaN and out-of-range values, subnormals, bfloat16
+  arithmetic, NaN in min/max and reductions, transcendentals) in an
+  (8, 128) block in VMEM: the bit patterns of the results, as unsigned
+  integers.
+- `matmul`: `jnp.dot` of (8, 128) by (128, 128) int8, bfloat16 and float32
+  blocks at default and highest precision: the bit patterns of the (8, 128)
+  result.
+
+The file also records the jax and jaxlib versions, the device kind and the
+date. Cases run one by one and the file is rewritten after each, so a case
+that fails or hangs leaves the ones before it recorded (its entry says
+what went wrong).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import traceback
+
+import jax
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+import jax.numpy as jnp
+import numpy as np
+
+# (source, destination, shape, dtype) of each DMA: memory spaces 'hbm',
+# 'vmem', 'smem'.
+DMA_CASES = tuple(('hbm',) + case for case in (
+    ('vmem', (8, 128), 'float32'),
+    ('vmem', (64, 128), 'float32'),
+    ('vmem', (16, 128), 'bfloat16'),
+    ('vmem', (32, 128), 'int8'),
+    ('vmem', (1, 128), 'float32'),
+    ('vmem', (8, 256), 'float32'),
+    ('vmem', (3, 128), 'float32'),
+    ('hbm', (8, 128), 'float32'),
+    ('hbm', (1, 128), 'float32'),
+    ('hbm', (3, 128), 'float32'),
+    ('vmem', (1, 128), 'bfloat16'),
+    ('vmem', (1, 128), 'int8'),
+    ('vmem', (8, 64), 'float32'),
+    ('vmem', (8, 1), 'float32'),
+    ('hbm', (1, 8), 'float32'),
+    ('hbm', (1, 1), 'float32'),
+    ('hbm', (5,), 'int32'),
+    ('hbm', (1000,), 'int32'),
+    ('smem', (2048,), 'int32'),
+    ('smem', (1024,), 'int32'),
+    ('smem', (256,), 'int32'),
+    ('smem', (128,), 'int32'),
+    ('smem', (64,), 'int32'),
+    ('smem', (16,), 'int32'),
+    ('smem', (8,), 'int32'),
+    ('smem', (3,), 'int32'),
+    ('smem', (1,), 'int32'),
+    ('smem', (8, 128), 'int32'),
+    ('smem', (2,), 'float32'),
+    ('vmem', (5, 128), 'bfloat16'),
+    ('vmem', (3, 64), 'float32'),
+    ('vmem', (8, 200), 'float32'),
+    ('vmem', (2, 8, 128), 'float32'),
+    ('vmem', (2, 3, 128), 'float32'),
+    ('vmem', (256,), 'float32'),
+    ('vmem', (9, 128), 'int8'),
+    ('hbm', (2, 3, 5), 'float32'),
+    ('hbm', (300, 7), 'int32'),
+    ('vmem', (2, 128), 'bfloat16'),
+    ('vmem', (3, 128), 'bfloat16'),
+    ('vmem', (7, 128), 'bfloat16'),
+    ('vmem', (8, 128), 'bfloat16'),
+    ('vmem', (9, 128), 'bfloat16'),
+    ('vmem', (17, 128), 'bfloat16'),
+    ('vmem', (2, 5, 128), 'bfloat16'),
+    ('vmem', (8, 64), 'bfloat16'),
+    ('vmem', (2, 128), 'int8'),
+    ('vmem', (5, 128), 'int8'),
+    ('vmem', (16, 128), 'int8'),
+    ('vmem', (17, 128), 'int8'),
+    ('vmem', (33, 128), 'int8'),
+    ('hbm', (300,), 'bfloat16'),
+    ('hbm', (100,), 'int8'),
+    ('hbm', (5, 128), 'bfloat16'),
+    ('hbm', (9, 128), 'int8'),
+    ('vmem', (4, 128), 'float32'),
+    ('vmem', (7, 128), 'int32'),
+)) + (
+    ('vmem', 'hbm', (8, 128), 'float32'),
+    ('vmem', 'hbm', (8, 64), 'float32'),
+    ('vmem', 'hbm', (3, 128), 'float32'),
+    ('vmem', 'vmem', (8, 128), 'float32'),
+    ('vmem', 'vmem', (8, 64), 'float32'),
+    ('vmem', 'vmem', (3, 64), 'float32'),
+    ('smem', 'hbm', (8,), 'int32'),
+    ('smem', 'smem', (8,), 'int32'),
+    ('smem', 'smem', (1024,), 'int32'),
+    ('vmem', 'smem', (8, 128), 'int32'),
+)
+
+# (shift, f) of each stochastic_round case.
+STOCHASTIC_ROUND_CASES = (
+    (22, 0.25), (22, 0.75),
+    (13, 0.25), (13, 0.5), (13, 0.01), (13, -0.25),
+    (12, 0.25), (12, 0.5), (12, 0.01),
+    (0, 0.25), (0, 0.5), (0, 0.01),
+)
+
+_POLLS = 2000
+
+_I32 = np.iinfo(np.int32)
+INT32_EDGES = (0, 1, -1, 2, -2, 7, -7, 31, 32, 33, 100, -100, _I32.max,
+               _I32.min, _I32.max - 1, _I32.min + 1)
+FLOAT32_EDGES = (0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 1.5, 2.5, 3e9, -3e9,
+                 2.0**31, -(2.0**31), float('inf'), float('-inf'),
+                 float('nan'), 1e-45, -1e-40, 1.2e-38, 3.4e38, 1 / 3)
+BFLOAT16_EDGES = (0.0, 1.0, -1.0, 1.0078125, 3.0, 1 / 3, 255.0, 256.0,
+                  1e-38, 3e38, float('inf'), float('nan'), -0.5, 1e-40)
+
+
+def _pairs(edges, dtype):
+  """All pairs of `edges` as two (8, 128) arrays (the rest zeros)."""
+  n = len(edges)
+  a = np.zeros(1024, dtype)
+  b = np.zeros(1024, dtype)
+  a[:n * n] = np.repeat(np.array(edges, dtype), n)
+  b[:n * n] = np.tile(np.array(edges, dtype), n)
+  return [a.reshape(8, 128), b.reshape(8, 128)], n * n
+
+
+def _one(edges, dtype):
+  x = np.zeros(1024, dtype)
+  x[:len(edges)] = np.array(edges, dtype)
+  return [x.reshape(8, 128)], len(edges)
+
+
+def _spread(lo, hi):
+  """1024 float32 values from `lo` to `hi`, for transcendentals."""
+  return [np.linspace(lo, hi, 1024, dtype=np.float32).reshape(8, 128)], 1024
+
+
+def _with_nan_rows():
+  x = np.arange(1024, dtype=np.float32).reshape(8, 128) - 500
+  x[1, 5] = np.nan
+  x[3, :] = np.nan
+  x[5, 7] = -np.inf
+  return [x], 8
+
+
+def _reduce_rows(fn):
+  def reduce(x):
+    r = fn(x, axis=1, keepdims=True)
+    return jnp.broadcast_to(r, x.shape)
+  return reduce
+
+
+# name: (operation on the values of the inputs, a function giving the
+# inputs and how many elements of the result they fill).
+ELEMENTWISE_CASES = {
+    'add_int32': (lax.add, lambda: _pairs(INT32_EDGES, np.int32)),
+    'sub_int32': (lax.sub, lambda: _pairs(INT32_EDGES, np.int32)),
+    'mul_int32': (lax.mul, lambda: _pairs(INT32_EDGES, np.int32)),
+    'div_int32': (lax.div, lambda: _pairs(INT32_EDGES, np.int32)),
+    'rem_int32': (lax.rem, lambda: _pairs(INT32_EDGES, np.int32)),
+    'shift_left_int32': (lax.shift_left,
+                         lambda: _pairs(INT32_EDGES, np.int32)),
+    'shift_right_logical_int32': (
+        lax.shift_right_logical, lambda: _pairs(INT32_EDGES, np.int32)),
+    'shift_right_arithmetic_int32': (
+        lax.shift_right_arithmetic, lambda: _pairs(INT32_EDGES, np.int32)),
+    'div_uint32': (lax.div, lambda: _pairs(
+        np.array(INT32_EDGES, np.int32).view(np.uint32), np.uint32)),
+    'rem_uint32': (lax.rem, lambda: _pairs(
+        np.array(INT32_EDGES, np.int32).view(np.uint32), np.uint32)),
+    'float32_to_int32': (lambda x: x.astype(jnp.int32),
+                         lambda: _one(FLOAT32_EDGES, np.float32)),
+    'float32_to_uint32': (lambda x: x.astype(jnp.uint32),
+                          lambda: _one(FLOAT32_EDGES, np.float32)),
+    'int32_to_float32': (lambda x: x.astype(jnp.float32),
+                         lambda: _one(INT32_EDGES, np.int32)),
+    'float32_to_bfloat16': (lambda x: x.astype(jnp.bfloat16),
+                            lambda: _one(FLOAT32_EDGES + (1.00390625,
+                                                          1.01171875),
+                                         np.float32)),
+    'add_float32': (lax.add, lambda: _pairs(FLOAT32_EDGES, np.float32)),
+    'mul_float32': (lax.mul, lambda: _pairs(FLOAT32_EDGES, np.float32)),
+    'div_float32': (lax.div, lambda: _pairs(FLOAT32_EDGES, np.float32)),
+    'max_float32': (jnp.maximum, lambda: _pairs(FLOAT32_EDGES, np.float32)),
+    'min_float32': (jnp.minimum, lambda: _pairs(FLOAT32_EDGES, np.float32)),
+    'add_bfloat16': (lax.add, lambda: _pairs(BFLOAT16_EDGES, jnp.bfloat16)),
+    'mul_bfloat16': (lax.mul, lambda: _pairs(BFLOAT16_EDGES, jnp.bfloat16)),
+    'max_reduce_float32': (_reduce_rows(jnp.max), _with_nan_rows),
+    'min_reduce_float32': (_reduce_rows(jnp.min), _with_nan_rows),
+    'sum_reduce_float32': (_reduce_rows(jnp.sum), _with_nan_rows),
+    'exp_float32': (jnp.exp, lambda: _spread(-100, 100)),
+    'log_float32': (jnp.log, lambda: _spread(1e-3, 1e6)),
+    'tanh_float32': (jnp.tanh, lambda: _spread(-10, 10)),
+    'sqrt_float32': (jnp.sqrt, lambda: _spread(0, 1e4)),
+    'rsqrt_float32': (lax.rsqrt, lambda: _spread(1e-3, 1e4)),
+    'sin_float32': (jnp.sin, lambda: _spread(-10, 10)),
+}
+
+# (dtype of both operands, precision) of each matmul case.
+MATMUL_CASES = (
+    ('int8', None),
+    ('bfloat16', None),
+    ('float32', None),
+    ('float32', 'highest'),
+)
+
+
+KINDS = ('dma_semaphore', 'stochastic_round', 'elementwise', 'matmul')
+
+
+def _bits(x):
+  x = np.asarray(x)
+  unsigned = {1: np.uint8, 2: np.uint16, 4: np.uint32}[x.dtype.itemsize]
+  return x.view(unsigned)
+
+
+def _memory_space(name):
+  return {'vmem': pltpu.VMEM, 'smem': pltpu.SMEM, 'hbm': pl.ANY}[name]
+
+
+def dma_semaphore(src, dst, shape, dtype, interpret=None):
+  """`[max while polling, after polling, after wait()]` of a DMA semaphore
+  after one copy of `shape` and `dtype` from `src` to `dst` (an input in
+  `src`; a scratch buffer in `dst`, an output for HBM)."""
+  x = jnp.arange(np.prod(shape), dtype=jnp.int32).astype(dtype).reshape(shape)
+
+  def body(x_ref, o_ref, dst_ref, sem):
+    copy = pltpu.make_async_copy(x_ref, dst_ref, sem)
+    copy.start()
+
+    def poll(_, m):
+      return jnp.maximum(m, pl.semaphore_read(sem))
+
+    o_ref[0] = lax.fori_loop(0, _POLLS, poll, jnp.int32(0))
+    o_ref[1] = pl.semaphore_read(sem)
+    copy.wait()
+    o_ref[2] = pl.semaphore_read(sem)
+
+  out_shape = [jax.ShapeDtypeStruct((3,), jnp.int32)]
+  out_specs = [pl.BlockSpec(memory_space=pltpu.SMEM)]
+  if dst == 'hbm':
+    out_shape.append(jax.ShapeDtypeStruct(shape, dtype))
+    out_specs.append(pl.BlockSpec(memory_space=pl.ANY))
+    scratch_shapes = [pltpu.SemaphoreType.DMA]
+  else:
+    scratch_shapes = [_memory_space(dst)(shape, dtype),
+                      pltpu.SemaphoreType.DMA]
+  out = pl.pallas_call(
+      body,
+      out_shape=out_shape,
+      in_specs=[pl.BlockSpec(memory_space=_memory_space(src))],
+      out_specs=out_specs,
+      scratch_shapes=scratch_shapes,
+      interpret=interpret,
+  )(x)
+  return [int(v) for v in np.asarray(out[0])]
+
+
+def stochastic_round(shift, f, interpret=None):
+  """The indices of the 1024 elements that round away from zero."""
+  x = jnp.full((8, 128), np.sign(f) * (1 + abs(f) * 2**-7), jnp.float32)
+  bits = jnp.arange(1024, dtype=jnp.uint32).reshape(8, 128) << shift
+
+  def kernel(x_ref, bits_ref, o_ref):
+    o_ref[...] = pltpu.stochastic_round(
+        x_ref[...], bits_ref[...], target_dtype=jnp.bfloat16)
+
+  out = pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct((8, 128), jnp.bfloat16),
+      interpret=interpret,
+  )(x, bits)
+  away = np.abs(np.asarray(out, np.float32)) > 1
+  return [int(i) for i in np.flatnonzero(away.reshape(-1))]
+
+
+def elementwise(name, interpret=None):
+  """The bit patterns of `ELEMENTWISE_CASES[name]`'s results, a list of
+  unsigned integers (only the elements its inputs fill)."""
+  fn, make_inputs = ELEMENTWISE_CASES[name]
+  inputs, n = make_inputs()
+  out_dtype = jax.eval_shape(
+      fn, *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]).dtype
+
+  def kernel(*refs):
+    *in_refs, o_ref = refs
+    o_ref[...] = fn(*[r[...] for r in in_refs])
+
+  out = pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct((8, 128), out_dtype),
+      interpret=interpret,
+  )(*inputs)
+  return [int(v) for v in _bits(out).reshape(-1)[:n]]
+
+
+def matmul_inputs(dtype):
+  """The operands of a matmul case: (8, 128) and (128, 128) of `dtype`,
+  small integers (exact in every dtype) scaled for the float dtypes so that
+  products need more than bfloat16's 8 bits."""
+  i = np.arange(8 * 128).reshape(8, 128)
+  j = np.arange(128 * 128).reshape(128, 128)
+  a = (i * 7 + 3) % 23 - 11
+  b = (j * 5 + 1) % 19 - 9
+  if dtype == 'int8':
+    return a.astype(np.int8), b.astype(np.int8)
+  a = a * (1 + ((i % 13) / 8192))
+  b = b * (1 + ((j % 11) / 4096))
+  return (np.asarray(a, np.float32).astype(dtype),
+          np.asarray(b, np.float32).astype(dtype))
+
+
+def matmul(dtype, precision, interpret=None):
+  """The bit patterns of `jnp.dot` of a matmul case's operands, 1024
+  unsigned integers (int32 results for int8, float32 for the others)."""
+  a, b = matmul_inputs(dtype)
+  out_dtype = jnp.int32 if dtype == 'int8' else jnp.float32
+
+  def kernel(a_ref, b_ref, o_ref):
+    o_ref[...] = jnp.dot(a_ref[...], b_ref[...], precision=precision,
+                         preferred_element_type=out_dtype)
+
+  out = pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct((8, 128), out_dtype),
+      interpret=interpret,
+  )(a, b)
+  return [int(v) for v in _bits(out).reshape(-1)]
+
+
+def _run(fn, *args, interpret):
+  try:
+    return {'result': fn(*args, interpret=interpret)}
+  except Exception as e:  # pylint: disable=broad-except
+    return {'error': f'{type(e).__name__}: {str(e)[:2000]}',
+            'traceback': traceback.format_exc()[-4000:]}
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('-o', '--output', required=True)
+  parser.add_argument('--interpret', action='store_true',
+                      help='run in TPU interpret mode on CPU')
+  parser.add_argument('--kinds', default=','.join(KINDS),
+                      help='comma-separated kinds to record (default: all)')
+  args = parser.parse_args(argv)
+  kinds = args.kinds.split(',')
+  unknown = set(kinds) - set(KINDS)
+  if unknown:
+    parser.error(f'unknown kinds: {sorted(unknown)}; known: {list(KINDS)}')
+  interpret = pltpu.InterpretParams() if args.interpret else None
+  device = jax.devices()[0]
+  data = {
+      'jax': jax.__version__,
+      'jaxlib': jax.lib.__version__,
+      'device_kind': device.device_kind,
+      'platform': device.platform,
+      'interpret': args.interpret,
+      'date': datetime.date.today().isoformat(),
+      **{kind: [] for kind in kinds},
+  }
+
+  def save():
+    tmp = args.output + '.tmp'
+    with open(tmp, 'w') as f:
+      json.dump(data, f, indent=1)
+      f.write('\n')
+    os.replace(tmp, args.output)
+
+  for src, dst, shape, dtype in DMA_CASES * ('dma_semaphore' in kinds):
+    entry = {'src': src, 'dst': dst, 'shape': list(shape), 'dtype': dtype}
+    entry.update(_run(dma_semaphore, src, dst, shape, dtype,
+                      interpret=interpret))
+    data['dma_semaphore'].append(entry)
+    print('dma_semaphore', src, dst, shape, dtype,
+          entry.get('result', entry.get('error')), flush=True)
+    save()
+  for shift, f in STOCHASTIC_ROUND_CASES * ('stochastic_round' in kinds):
+    entry = {'shift': shift, 'f': f}
+    entry.update(_run(stochastic_round, shift, f, interpret=interpret))
+    data['stochastic_round'].append(entry)
+    result = entry.get('result')
+    print('stochastic_round', shift, f,
+          len(result) if result is not None else entry['error'], flush=True)
+    save()
+  for name in list(ELEMENTWISE_CASES) * ('elementwise' in kinds):
+    entry = {'name': name}
+    entry.update(_run(elementwise, name, interpret=interpret))
+    data['elementwise'].append(entry)
+    print('elementwise', name, 'error' in entry and entry['error'] or 'ok',
+          flush=True)
+    save()
+  for dtype, precision in MATMUL_CASES * ('matmul' in kinds):
+    entry = {'dtype': dtype, 'precision': precision}
+    entry.update(_run(matmul, dtype, precision, interpret=interpret))
+    data['matmul'].append(entry)
+    print('matmul', dtype, precision,
+          'error' in entry and entry['error'] or 'ok', flush=True)
+    save()
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,251 @@
+"""Checks TPU interpret mode against what a TPU computed.
+
+Each file of `hardware/recordings/` holds what `hardware/record.py` recorded
+on a TPU (the device kind, jax version and date are in the file). This test
+runs the same kernels in TPU interpret mode on CPU and compares the results:
+exactly for a DMA semaphore's counts (patch 0046 of the newest series, jax
+0.11.0 and newer), the elements `pltpu.stochastic_round` rounds away from
+zero (patch 0039, jax 0.10.0 and newer), integer and float arithmetic,
+conversions and reductions on edge values, and int8 and bfloat16 matmuls;
+to the tolerances of `ULP_TOLERANCE` for transcendentals and float32
+matmuls at the highest precision. `KNOWN_DIFFERENCES` are where interpret
+mode does not compute what the TPU computes: those elements are not
+compared with interpret mode; instead the test checks that the recording
+shows what the difference's description says the TPU does. On a jax release
+whose series lacks a kind's patch, that kind is skipped, with the reason.
+"""
+
+import json
+import pathlib
+import sys
+
+from absl.testing import absltest
+import jax
+from jax.experimental.pallas import tpu as pltpu
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / 'hardware'))
+import record  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+RECORDINGS = sorted((ROOT / 'hardware' / 'recordings').glob('*.json'))
+
+# The first jax release whose series has the patch each kind needs.
+_SINCE = {'dma_semaphore': (0, 11, 0), 'stochastic_round': (0, 10, 0),
+          'elementwise': (0, 0, 0), 'matmul': (0, 0, 0)}
+
+# The largest difference allowed between the TPU and interpret mode, in
+# units in the last place of float32, where the TPU rounds differently from
+# XLA on CPU (its exp, log and tanh are less accurate). Measured on the TPU
+# v5e recording against jax 0.12.0.1 on CPU (2026-12-05), the largest
+# differences were: exp 91, log 130, tanh 605 (a relative error of 7e-5),
+# sqrt, rsqrt and sin 2, division 1 (besides _division_by_a_huge_divisor),
+# and the float32 matmul at the highest precision 213
+# (in a result near zero: 3.3e-4 where the results reach 790).
+ULP_TOLERANCE = {
+    'exp_float32': 128,
+    'log_float32': 192,
+    'tanh_float32': 768,
+    'sqrt_float32': 4,
+    'rsqrt_float32': 4,
+    'sin_float32': 4,
+    'div_float32': 1,
+    ('float32', 'highest'): 320,
+}
+
+
+def _floats(bits, dtype):
+  unsigned = {2: np.uint16, 4: np.uint32}[dtype.itemsize]
+  return np.asarray(bits, np.uint64).astype(unsigned).view(dtype)
+
+
+def _division_by_a_huge_divisor(name, inputs, n, tpu, dtype):
+  # float32 x / y is x * (1 / y) on the TPU (within 1 ulp of the rounded
+  # quotient, ULP_TOLERANCE), and 1 / y of |y| >= 2**126 is a subnormal,
+  # which the TPU flushes to zero: x / y is x * (a zero of y's sign), a
+  # signed zero, NaN for an infinite x. Interpret mode divides.
+  if name != 'div_float32':
+    return None
+  x, y = (np.asarray(v).reshape(-1)[:n] for v in inputs)
+  known = np.abs(y) >= 2.0**126
+  with np.errstate(invalid='ignore'):
+    zero = x[known] * np.copysign(np.float32(0), y[known])
+  got = _floats(tpu[known], dtype)
+  ok = np.all((got == zero) & (np.signbit(got) == np.signbit(zero))
+              | np.isnan(got) & np.isnan(zero))
+  return known, ok
+
+
+def _subnormal_to_bfloat16(name, inputs, n, tpu, dtype):
+  # float32 to bfloat16 of a float32 subnormal gives a zero of its sign on
+  # the TPU; interpret mode gives the nearest bfloat16 subnormal.
+  if name != 'float32_to_bfloat16':
+    return None
+  x = np.asarray(inputs[0]).reshape(-1)[:n]
+  known = (x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)
+  ok = np.all(tpu[known] == np.where(np.signbit(x[known]), 0x8000, 0))
+  return known, ok
+
+
+def _nan_sign(name, inputs, n, tpu, dtype):
+  # A NaN that an operation makes (0 * inf, inf - inf, 0 / 0, min with a
+  # NaN) is 0x7FC00000 (bfloat16 0x7FC0) on the TPU, its sign bit clear;
+  # XLA on x86 CPUs makes it with the sign bit set. Both are NaN: interpret
+  # mode must give a NaN there, of either sign.
+  del name, inputs, n
+  if not jnp.issubdtype(dtype, jnp.floating):
+    return None
+  known = np.isnan(_floats(tpu, dtype))
+  ok = np.all(tpu[known] == {2: 0x7FC0, 4: 0x7FC00000}[dtype.itemsize])
+  return known, ok
+
+
+# Where interpret mode does not compute what the TPU computes (measured on
+# the TPU v5e recording): each rule, given a case's name, its inputs, how
+# many elements they fill, the TPU's result bits and the result's dtype,
+# gives the elements it explains (None where it does not apply) and whether
+# the recording shows what it says the TPU does there. Those elements are
+# not compared bit for bit; the rules before `_nan_sign` take precedence.
+KNOWN_DIFFERENCES = (
+    _division_by_a_huge_divisor,
+    _subnormal_to_bfloat16,
+    _nan_sign,
+)
+
+
+class HardwareParityTest(absltest.TestCase):
+
+  def _recordings(self):
+    for path in RECORDINGS:
+      data = json.loads(path.read_text())
+      yield data, f'{path.name} ({data["device_kind"]}, jax {data["jax"]})'
+
+  def test_there_are_recordings_of_a_tpu(self):
+    self.assertNotEmpty(RECORDINGS)
+    for path in RECORDINGS:
+      data = json.loads(path.read_text())
+      self.assertEqual(data['platform'], 'tpu', path)
+      self.assertFalse(data['interpret'], path)
+      self.assertNotEmpty(data['dma_semaphore'], path)
+      self.assertNotEmpty(data['stochastic_round'], path)
+      self.assertNotEmpty(data['elementwise'], path)
+      self.assertNotEmpty(data['matmul'], path)
+
+  def _check(self, kind, run):
+    if jax.__version_info__ < _SINCE[kind]:
+      self.skipTest(f'jax {jax.__version__}: its series has no patch for '
+                    f'{kind} (jax {".".join(map(str, _SINCE[kind]))} on)')
+    params = pltpu.InterpretParams()
+    checked = 0
+    for path in RECORDINGS:
+      data = json.loads(path.read_text())
+      where = f'{path.name} ({data["device_kind"]}, jax {data["jax"]})'
+      for entry in data[kind]:
+        if 'result' not in entry:
+          continue  # The TPU did not run it (the entry says why).
+        case = {k: v for k, v in entry.items() if k != 'result'}
+        with self.subTest(recording=path.name, **case):
+          self.assertEqual(run(case, params), entry['result'],
+                           f'{kind} {case}: interpret mode differs from '
+                           f'{where}')
+        checked += 1
+    self.assertGreater(checked, 0)
+
+  def test_dma_semaphore_counts_as_on_the_tpu(self):
+    def run(case, params):
+      return record.dma_semaphore(case['src'], case['dst'],
+                                  tuple(case['shape']), case['dtype'],
+                                  interpret=params)
+    self._check('dma_semaphore', run)
+
+  def test_stochastic_round_rounds_as_on_the_tpu(self):
+    def run(case, params):
+      return record.stochastic_round(case['shift'], case['f'],
+                                     interpret=params)
+    self._check('stochastic_round', run)
+
+  def test_elementwise_as_on_the_tpu(self):
+    params = pltpu.InterpretParams()
+    checked = 0
+    for data, where in self._recordings():
+      for entry in data['elementwise']:
+        name = entry['name']
+        with self.subTest(recording=where, name=name):
+          self.assertIn('result', entry, f'the TPU did not run {name}')
+          fn, make_inputs = record.ELEMENTWISE_CASES[name]
+          inputs, n = make_inputs()
+          dtype = np.dtype(jax.eval_shape(fn, *inputs).dtype)
+          tpu = np.array(entry['result'], np.uint64)
+          got = np.array(record.elementwise(name, interpret=params),
+                         np.uint64)
+          compare = np.ones(n, bool)
+          for rule in KNOWN_DIFFERENCES:
+            found = rule(name, inputs, n, tpu, dtype)
+            if found is None:
+              continue
+            known, ok = found
+            known &= compare
+            self.assertTrue(ok, f'{name}: {where} does not show what '
+                            f'{rule.__name__} says the TPU does')
+            if rule is _nan_sign:
+              self.assertTrue(
+                  np.all(np.isnan(_floats(got[known], dtype))),
+                  f'{name}: interpret mode gives no NaN where {where} has '
+                  f'one, at elements {np.flatnonzero(known)[:10]}')
+            compare &= ~known
+          if name in ULP_TOLERANCE:
+            diff = np.abs(_ordered(tpu) - _ordered(got))[compare]
+            self.assertLessEqual(int(diff.max()), ULP_TOLERANCE[name],
+                                 f'{name}: ulp from {where}')
+          else:
+            mismatch = np.flatnonzero(compare & (tpu != got))
+            self.assertEmpty(
+                mismatch,
+                f'{name}: interpret mode differs from {where} at elements '
+                f'{mismatch[:10]} (inputs '
+                f'{[np.asarray(x).reshape(-1)[mismatch[:10]] for x in inputs]}'
+                f'; TPU {tpu[mismatch[:10]]}, interpret mode '
+                f'{got[mismatch[:10]]})')
+        checked += 1
+    self.assertEqual(checked, len(record.ELEMENTWISE_CASES) * len(RECORDINGS))
+
+  def test_matmul_as_on_the_tpu(self):
+    params = pltpu.InterpretParams()
+    for data, where in self._recordings():
+      for entry in data['matmul']:
+        dtype, precision = entry['dtype'], entry['precision']
+        with self.subTest(recording=where, dtype=dtype, precision=precision):
+          self.assertIn('result', entry)
+          tpu = np.array(entry['result'], np.uint64)
+          got = np.array(record.matmul(dtype, precision, interpret=params),
+                         np.uint64)
+          if (dtype, precision) == ('float32', None):
+            # Known difference: at the default precision the TPU rounds
+            # float32 operands to bfloat16 (Mosaic's default contract
+            # precision) and accumulates in float32; interpret mode
+            # multiplies the float32 values. The recording is the float32
+            # matmul of the rounded operands, bit for bit.
+            a, b = record.matmul_inputs(dtype)
+            rounded = (a.astype(ml_dtypes.bfloat16).astype(np.float32)
+                       @ b.astype(ml_dtypes.bfloat16).astype(np.float32))
+            np.testing.assert_array_equal(
+                tpu.astype(np.uint32).view(np.float32),
+                rounded.reshape(-1))
+          elif (dtype, precision) in ULP_TOLERANCE:
+            diff = np.abs(_ordered(tpu) - _ordered(got))
+            self.assertLessEqual(int(diff.max()),
+                                 ULP_TOLERANCE[dtype, precision])
+          else:
+            np.testing.assert_array_equal(got, tpu, f'{dtype}: {where}')
+
+
+def _ordered(bits):
+  """float32 bit patterns as integers in the order of their values."""
+  bits = np.asarray(bits, np.int64)
+  return np.where(bits >= 0x80000000, 0x80000000 - bits, bits)
+
+
+if __name__ == '__main__':
+  absltest.main()
