@@ -25,8 +25,8 @@ What is recorded (each entry: the case's parameters and its result):
   (8, 128) block in VMEM: the bit patterns of the results, as unsigned
   integers.
 - `matmul`: `jnp.dot` of (8, 128) by (128, 128) int8, bfloat16 and float32
-  blocks at default and highest precision: the bit patterns of the (8, 128)
-  result.
+  blocks at the default, high and highest precision: the bit patterns of
+  the (8, 128) result.
 
 The file also records the jax and jaxlib versions, the device kind and the
 date. Cases run one by one and the file is rewritten after each, so a case
@@ -230,6 +230,7 @@ MATMUL_CASES = (
     ('int8', None),
     ('bfloat16', None),
     ('float32', None),
+    ('float32', 'high'),
     ('float32', 'highest'),
 )
 

@@ -172,6 +172,7 @@ _SPARSECORE_BITCAST = 'tpu_pallas_interpret_sparsecore_bitcast_test.py'
 _HOST_DMA = 'tpu_pallas_interpret_host_dma_test.py'
 _REVISIT_ANY = 'tpu_pallas_interpret_revisit_test.py'
 _DMA_SEMAPHORE_COUNT = 'tpu_pallas_interpret_dma_semaphore_count_test.py'
+_MATMUL_PRECISION = 'tpu_pallas_interpret_matmul_precision_test.py'
 
 
 def _tests(file: str, name: str,
@@ -392,6 +393,10 @@ CHANGES = (
     Change(
         prefix='0046',
         tests=_tests(_DMA_SEMAPHORE_COUNT, 'InterpretDmaSemaphoreCountTest'),
+    ),
+    Change(
+        prefix='0047',
+        tests=_tests(_MATMUL_PRECISION, 'InterpretMatmulPrecisionTest'),
     ),
     Change(
         prefix=None,

@@ -450,7 +450,7 @@ class UpstreamExportTest(absltest.TestCase):
     own = [c for c in upstream.CHANGES if c.prefix is not None]
     self.assertEqual([p.name[:4] for p in to_export],
                      [c.prefix for c in own])
-    self.assertLen(to_export, 46)
+    self.assertLen(to_export, 47)
     for patch, written in zip(to_export, patches):
       self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
       self.assertTrue(os.path.exists(written[:-len('.patch')] + '.md'))
