@@ -4,8 +4,9 @@ Run on a TPU (one program, so the chip is opened once):
 
     python hardware/record.py -o hardware/recordings/tpu_v5_lite.json
 
-With `--interpret` the same kernels run in TPU interpret mode on CPU and
-the file records that instead (to compare by hand; the tests compare with
+With `--interpret` the same kernels run in TPU interpret mode on CPU (with
+`matmul_precision="tpu"` where the installed jax has it) and the file
+records that instead (to compare by hand; the tests compare with
 the committed recording: `tests/hardware_parity_test.py`).
 
 What is recorded (each entry: the case's parameters and its result):
@@ -37,6 +38,7 @@ what went wrong).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -358,6 +360,19 @@ def matmul(dtype, precision, interpret=None):
   return [int(v) for v in _bits(out).reshape(-1)]
 
 
+def dumps(data) -> str:
+  """A recording as JSON text with one line per case (so diffs stay small)."""
+  lines = []
+  for key, value in data.items():
+    if isinstance(value, list):
+      entries = [json.dumps(e, separators=(',', ':')) for e in value]
+      lines.append(f' {json.dumps(key)}: [\n  ' + ',\n  '.join(entries)
+                   + '\n ]')
+    else:
+      lines.append(f' {json.dumps(key)}: {json.dumps(value)}')
+  return '{\n' + ',\n'.join(lines) + '\n}\n'
+
+
 def _run(fn, *args, interpret):
   try:
     return {'result': fn(*args, interpret=interpret)}
@@ -378,7 +393,13 @@ def main(argv=None) -> int:
   unknown = set(kinds) - set(KINDS)
   if unknown:
     parser.error(f'unknown kinds: {sorted(unknown)}; known: {list(KINDS)}')
-  interpret = pltpu.InterpretParams() if args.interpret else None
+  interpret = None
+  if args.interpret:
+    # As close to the TPU as interpret mode gets: float32 matmuls as the
+    # TPU multiplies them, where the series has the option (jax 0.10.0 on).
+    fields = {f.name for f in dataclasses.fields(pltpu.InterpretParams)}
+    interpret = pltpu.InterpretParams(**(
+        {'matmul_precision': 'tpu'} if 'matmul_precision' in fields else {}))
   device = jax.devices()[0]
   data = {
       'jax': jax.__version__,
@@ -393,8 +414,7 @@ def main(argv=None) -> int:
   def save():
     tmp = args.output + '.tmp'
     with open(tmp, 'w') as f:
-      json.dump(data, f, indent=1)
-      f.write('\n')
+      f.write(dumps(data))
     os.replace(tmp, args.output)
 
   for src, dst, shape, dtype in DMA_CASES * ('dma_semaphore' in kinds):
