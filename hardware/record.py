@@ -25,6 +25,13 @@ What is recorded (each entry: the case's parameters and its result):
   arithmetic, NaN in min/max and reductions, transcendentals) in an
   (8, 128) block in VMEM: the bit patterns of the results, as unsigned
   integers.
+- `layout`: operations of `LAYOUT_CASES` whose result places elements
+  (`pltpu.bitcast` between widths, `pltpu.roll` with and without a stride,
+  `jnp.roll`), and bit counts (`lax.clz`, `lax.population_count`) and
+  rounding (`jnp.round`, `jnp.floor`): the bit patterns of the whole result.
+- `scalar`: operations of `SCALAR_CASES` on int32 and float32 scalars in
+  SMEM, on the TPU's scalar unit (division, remainder and shifts of edge
+  values, float to int conversions): the bit patterns of the results.
 - `matmul`: `jnp.dot` of (8, 128) by (128, 128) int8, bfloat16 and float32
   blocks at the default, high and highest precision: the bit patterns of
   the (8, 128) result.
@@ -227,6 +234,67 @@ ELEMENTWISE_CASES = {
     'sin_float32': (jnp.sin, lambda: _spread(-10, 10)),
 }
 
+def _quarters():
+  """-128 to 127.75 in steps of 0.25: halves to round, as float32."""
+  return [((np.arange(1024) - 512) / 4).astype(np.float32).reshape(8, 128)]
+
+
+def _iota(shape, dtype):
+  x = np.arange(np.prod(shape)) * 2654435761 % 2**32
+  return [x.astype(np.uint32).view(np.int32).reshape(shape).astype(dtype)]
+
+
+# name: (operation on the values of the inputs, a function giving the
+# inputs); the whole result is recorded.
+LAYOUT_CASES = {
+    'bitcast_int32_to_bfloat16': (
+        lambda x: pltpu.bitcast(x, jnp.bfloat16),
+        lambda: _iota((8, 128), np.int32)),
+    'bitcast_int32_to_int8': (
+        lambda x: pltpu.bitcast(x, jnp.int8),
+        lambda: _iota((8, 128), np.int32)),
+    'bitcast_bfloat16_to_int32': (
+        lambda x: pltpu.bitcast(x, jnp.int32),
+        lambda: [_iota((16, 128), np.int32)[0].astype(np.uint16).view(
+            jnp.bfloat16)]),
+    'roll_lanes_by_3': (lambda x: pltpu.roll(x, 3, 1),
+                        lambda: _iota((8, 128), np.int32)),
+    'roll_sublanes_by_3': (lambda x: pltpu.roll(x, 3, 0),
+                           lambda: _iota((8, 128), np.int32)),
+    'roll_lanes_by_5_stride_1_over_sublanes': (
+        lambda x: pltpu.roll(x, 5, 1, stride=1, stride_axis=0),
+        lambda: _iota((8, 128), np.int32)),
+    'jnp_roll_lanes_by_3': (lambda x: jnp.roll(x, 3, 1),
+                            lambda: _iota((8, 128), np.int32)),
+    'clz_int32': (lax.clz, lambda: _iota((8, 128), np.int32)),
+    'population_count_int32': (lax.population_count,
+                               lambda: _iota((8, 128), np.int32)),
+    'round_float32': (jnp.round, _quarters),
+    'round_away_float32': (
+        lambda x: lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO),
+        _quarters),
+    'floor_float32': (jnp.floor, _quarters),
+}
+
+_SCALAR_INT32 = (0, 1, -1, 7, -7, 31, 32, 33, _I32.max, _I32.min)
+_SCALAR_FLOAT32 = (0.0, -0.0, 2.5, -2.5, 3e9, -3e9, float('inf'),
+                   float('-inf'), float('nan'), 1e-40)
+
+# name: (operation on two scalars or one, dtype of the inputs, edge values;
+# a binary operation takes every pair of them).
+SCALAR_CASES = {
+    'div_int32': (lax.div, np.int32, _SCALAR_INT32),
+    'rem_int32': (lax.rem, np.int32, _SCALAR_INT32),
+    'shift_left_int32': (lax.shift_left, np.int32, _SCALAR_INT32),
+    'shift_right_logical_int32': (lax.shift_right_logical, np.int32,
+                                  _SCALAR_INT32),
+    'shift_right_arithmetic_int32': (lax.shift_right_arithmetic, np.int32,
+                                     _SCALAR_INT32),
+    'float32_to_int32': (lambda x: x.astype(jnp.int32), np.float32,
+                         _SCALAR_FLOAT32),
+    'mul_float32': (lax.mul, np.float32, _SCALAR_FLOAT32),
+}
+
 # (dtype of both operands, precision) of each matmul case.
 MATMUL_CASES = (
     ('int8', None),
@@ -237,7 +305,8 @@ MATMUL_CASES = (
 )
 
 
-KINDS = ('dma_semaphore', 'stochastic_round', 'elementwise', 'matmul')
+KINDS = ('dma_semaphore', 'stochastic_round', 'elementwise', 'matmul',
+         'layout', 'scalar')
 
 
 def _bits(x):
@@ -324,6 +393,64 @@ def elementwise(name, interpret=None):
       interpret=interpret,
   )(*inputs)
   return [int(v) for v in _bits(out).reshape(-1)[:n]]
+
+
+def layout(name, interpret=None):
+  """The bit patterns of `LAYOUT_CASES[name]`'s whole result, a list of
+  unsigned integers in row-major order."""
+  fn, make_inputs = LAYOUT_CASES[name]
+  inputs = make_inputs()
+  out = jax.eval_shape(
+      fn, *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs])
+
+  def kernel(*refs):
+    *in_refs, o_ref = refs
+    o_ref[...] = fn(*[r[...] for r in in_refs])
+
+  result = pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct(out.shape, out.dtype),
+      interpret=interpret,
+  )(*inputs)
+  return [int(v) for v in _bits(result).reshape(-1)]
+
+
+def scalar_inputs(name):
+  """The inputs of `SCALAR_CASES[name]`: one or two 1-D arrays."""
+  fn, dtype, edges = SCALAR_CASES[name]
+  edges = np.array(edges, dtype)
+  n = len(edges)
+  if name.startswith('float32_to_'):
+    return [edges]
+  return [np.repeat(edges, n), np.tile(edges, n)]
+
+
+def scalar(name, interpret=None):
+  """The bit patterns of `SCALAR_CASES[name]` computed element by element
+  on scalars read from SMEM, a list of unsigned integers."""
+  fn = SCALAR_CASES[name][0]
+  inputs = scalar_inputs(name)
+  n = inputs[0].shape[0]
+  out_dtype = jax.eval_shape(
+      fn, *[jax.ShapeDtypeStruct((), x.dtype) for x in inputs]).dtype
+
+  def kernel(*refs):
+    *in_refs, o_ref = refs
+
+    def body(i, carry):
+      o_ref[i] = fn(*[r[i] for r in in_refs])
+      return carry
+
+    lax.fori_loop(0, n, body, 0)
+
+  result = pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct((n,), out_dtype),
+      in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)] * len(inputs),
+      out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+      interpret=interpret,
+  )(*inputs)
+  return [int(v) for v in _bits(result).reshape(-1)]
 
 
 def matmul_inputs(dtype):
@@ -446,6 +573,20 @@ def main(argv=None) -> int:
     data['matmul'].append(entry)
     print('matmul', dtype, precision,
           'error' in entry and entry['error'] or 'ok', flush=True)
+    save()
+  for name in list(LAYOUT_CASES) * ('layout' in kinds):
+    entry = {'name': name}
+    entry.update(_run(layout, name, interpret=interpret))
+    data['layout'].append(entry)
+    print('layout', name, 'error' in entry and entry['error'] or 'ok',
+          flush=True)
+    save()
+  for name in list(SCALAR_CASES) * ('scalar' in kinds):
+    entry = {'name': name}
+    entry.update(_run(scalar, name, interpret=interpret))
+    data['scalar'].append(entry)
+    print('scalar', name, 'error' in entry and entry['error'] or 'ok',
+          flush=True)
     save()
   return 0
 

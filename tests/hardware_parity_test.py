@@ -6,7 +6,9 @@ runs the same kernels in TPU interpret mode on CPU and compares the results:
 exactly for a DMA semaphore's counts (patch 0046 of the newest series, jax
 0.11.0 and newer), the elements `pltpu.stochastic_round` rounds away from
 zero (patch 0039, jax 0.10.0 and newer), integer and float arithmetic,
-conversions and reductions on edge values, int8 and bfloat16 matmuls, and
+conversions and reductions on edge values (in vectors and, on the scalar
+unit, in SMEM scalars), bitcasts, rolls, bit counts and rounding, int8 and
+bfloat16 matmuls, and
 float32 ones at the default precision with `matmul_precision="tpu"` (patch
 0047 of the newest series, jax 0.10.0 and newer);
 to the tolerances of `ULP_TOLERANCE` for transcendentals and float32
@@ -37,6 +39,7 @@ RECORDINGS = sorted((ROOT / 'hardware' / 'recordings').glob('*.json'))
 # The first jax release whose series has the patch each kind needs.
 _SINCE = {'dma_semaphore': (0, 11, 0), 'stochastic_round': (0, 10, 0),
           'elementwise': (0, 0, 0), 'matmul': (0, 0, 0),
+          'layout': (0, 0, 0), 'scalar': (0, 0, 0),
           'matmul_precision': (0, 10, 0)}
 
 # Matmuls the TPU's jax did not compile: the error it recorded.
@@ -142,6 +145,8 @@ class HardwareParityTest(absltest.TestCase):
       self.assertNotEmpty(data['stochastic_round'], path)
       self.assertNotEmpty(data['elementwise'], path)
       self.assertNotEmpty(data['matmul'], path)
+      self.assertNotEmpty(data['layout'], path)
+      self.assertNotEmpty(data['scalar'], path)
 
   def _check(self, kind, run):
     if jax.__version_info__ < _SINCE[kind]:
@@ -176,6 +181,49 @@ class HardwareParityTest(absltest.TestCase):
                                      interpret=params)
     self._check('stochastic_round', run)
 
+  def _compare(self, name, inputs, n, tpu, got, dtype, where,
+               rules=KNOWN_DIFFERENCES):
+    """Checks interpret mode's result bits `got` against the TPU's `tpu`.
+
+    Args:
+      name: the case's name (`KNOWN_DIFFERENCES` and `ULP_TOLERANCE` use it).
+      inputs: the case's input arrays.
+      n: how many elements of the results are compared.
+      tpu: the TPU's result bits, uint64 of shape (n,).
+      got: interpret mode's result bits, uint64 of shape (n,).
+      dtype: the results' dtype.
+      where: the recording, for messages.
+      rules: the `KNOWN_DIFFERENCES` that may apply.
+    """
+    compare = np.ones(n, bool)
+    for rule in rules:
+      found = rule(name, inputs, n, tpu, dtype)
+      if found is None:
+        continue
+      known, ok = found
+      known &= compare
+      self.assertTrue(ok, f'{name}: {where} does not show what '
+                      f'{rule.__name__} says the TPU does')
+      if rule is _nan_sign:
+        self.assertTrue(
+            np.all(np.isnan(_floats(got[known], dtype))),
+            f'{name}: interpret mode gives no NaN where {where} has '
+            f'one, at elements {np.flatnonzero(known)[:10]}')
+      compare &= ~known
+    if name in ULP_TOLERANCE:
+      diff = np.abs(_ordered(tpu) - _ordered(got))[compare]
+      self.assertLessEqual(int(diff.max()), ULP_TOLERANCE[name],
+                           f'{name}: ulp from {where}')
+      return
+    mismatch = np.flatnonzero(compare & (tpu != got))
+    inputs_there = [np.asarray(x).reshape(-1)[mismatch[:10]]
+                    if np.size(x) == n else '...' for x in inputs]
+    self.assertEmpty(
+        mismatch,
+        f'{name}: interpret mode differs from {where} at elements '
+        f'{mismatch[:10]} (inputs {inputs_there}; TPU '
+        f'{tpu[mismatch[:10]]}, interpret mode {got[mismatch[:10]]})')
+
   def test_elementwise_as_on_the_tpu(self):
     params = pltpu.InterpretParams()
     checked = 0
@@ -190,36 +238,47 @@ class HardwareParityTest(absltest.TestCase):
           tpu = np.array(entry['result'], np.uint64)
           got = np.array(record.elementwise(name, interpret=params),
                          np.uint64)
-          compare = np.ones(n, bool)
-          for rule in KNOWN_DIFFERENCES:
-            found = rule(name, inputs, n, tpu, dtype)
-            if found is None:
-              continue
-            known, ok = found
-            known &= compare
-            self.assertTrue(ok, f'{name}: {where} does not show what '
-                            f'{rule.__name__} says the TPU does')
-            if rule is _nan_sign:
-              self.assertTrue(
-                  np.all(np.isnan(_floats(got[known], dtype))),
-                  f'{name}: interpret mode gives no NaN where {where} has '
-                  f'one, at elements {np.flatnonzero(known)[:10]}')
-            compare &= ~known
-          if name in ULP_TOLERANCE:
-            diff = np.abs(_ordered(tpu) - _ordered(got))[compare]
-            self.assertLessEqual(int(diff.max()), ULP_TOLERANCE[name],
-                                 f'{name}: ulp from {where}')
-          else:
-            mismatch = np.flatnonzero(compare & (tpu != got))
-            self.assertEmpty(
-                mismatch,
-                f'{name}: interpret mode differs from {where} at elements '
-                f'{mismatch[:10]} (inputs '
-                f'{[np.asarray(x).reshape(-1)[mismatch[:10]] for x in inputs]}'
-                f'; TPU {tpu[mismatch[:10]]}, interpret mode '
-                f'{got[mismatch[:10]]})')
+          self._compare(name, inputs, n, tpu, got, dtype, where)
         checked += 1
     self.assertEqual(checked, len(record.ELEMENTWISE_CASES) * len(RECORDINGS))
+
+  def test_layout_as_on_the_tpu(self):
+    params = pltpu.InterpretParams()
+    checked = 0
+    for data, where in self._recordings():
+      for entry in data['layout']:
+        name = entry['name']
+        with self.subTest(recording=where, name=name):
+          self.assertIn('result', entry, f'the TPU did not run {name}')
+          fn, make_inputs = record.LAYOUT_CASES[name]
+          inputs = make_inputs()
+          dtype = np.dtype(jax.eval_shape(fn, *inputs).dtype)
+          tpu = np.array(entry['result'], np.uint64)
+          got = np.array(record.layout(name, interpret=params), np.uint64)
+          self.assertEqual(got.shape, tpu.shape)
+          # Bitcasts and rolls move bits, NaN payloads included, and the
+          # rest make no NaN: every bit must match.
+          self._compare(name, inputs, tpu.size, tpu, got, dtype, where,
+                        rules=())
+        checked += 1
+    self.assertEqual(checked, len(record.LAYOUT_CASES) * len(RECORDINGS))
+
+  def test_scalar_as_on_the_tpu(self):
+    params = pltpu.InterpretParams()
+    checked = 0
+    for data, where in self._recordings():
+      for entry in data['scalar']:
+        name = entry['name']
+        with self.subTest(recording=where, name=name):
+          self.assertIn('result', entry, f'the TPU did not run {name}')
+          fn = record.SCALAR_CASES[name][0]
+          inputs = record.scalar_inputs(name)
+          dtype = np.dtype(jax.eval_shape(fn, *[x[0] for x in inputs]).dtype)
+          tpu = np.array(entry['result'], np.uint64)
+          got = np.array(record.scalar(name, interpret=params), np.uint64)
+          self._compare(name, inputs, tpu.size, tpu, got, dtype, where)
+        checked += 1
+    self.assertEqual(checked, len(record.SCALAR_CASES) * len(RECORDINGS))
 
   def test_matmul_as_on_the_tpu(self):
     checked = 0
