@@ -29,6 +29,9 @@ What is recorded (each entry: the case's parameters and its result):
   (`pltpu.bitcast` between widths, `pltpu.roll` with and without a stride,
   `jnp.roll`), and bit counts (`lax.clz`, `lax.population_count`) and
   rounding (`jnp.round`, `jnp.floor`): the bit patterns of the whole result.
+- `prng`: `pltpu.prng_seed(seed)` then two `pltpu.prng_random_bits` of
+  (8, 128), seeded again, one more: the three draws' bits (the TPU's bits
+  are not reproduced in interpret mode; their statistics are compared).
 - `scalar`: operations of `SCALAR_CASES` on int32 and float32 scalars in
   SMEM, on the TPU's scalar unit (division, remainder and shifts of edge
   values, float to int conversions): the bit patterns of the results.
@@ -306,7 +309,10 @@ MATMUL_CASES = (
 
 
 KINDS = ('dma_semaphore', 'stochastic_round', 'elementwise', 'matmul',
-         'layout', 'scalar')
+         'layout', 'scalar', 'prng')
+
+# The seeds of the prng cases.
+PRNG_SEEDS = (0, 1, 7, 123456789)
 
 
 def _bits(x):
@@ -453,6 +459,25 @@ def scalar(name, interpret=None):
   return [int(v) for v in _bits(result).reshape(-1)]
 
 
+def prng(seed, interpret=None):
+  """Three draws of (8, 128) random bits, the third after seeding again:
+  three lists of 1024 unsigned integers."""
+
+  def kernel(o_ref):
+    pltpu.prng_seed(seed)
+    o_ref[0] = pltpu.bitcast(pltpu.prng_random_bits((8, 128)), jnp.int32)
+    o_ref[1] = pltpu.bitcast(pltpu.prng_random_bits((8, 128)), jnp.int32)
+    pltpu.prng_seed(seed)
+    o_ref[2] = pltpu.bitcast(pltpu.prng_random_bits((8, 128)), jnp.int32)
+
+  out = pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct((3, 8, 128), jnp.int32),
+      interpret=interpret,
+  )()
+  return [[int(v) for v in _bits(draw).reshape(-1)] for draw in out]
+
+
 def matmul_inputs(dtype):
   """The operands of a matmul case: (8, 128) and (128, 128) of `dtype`,
   small integers (exact in every dtype) scaled for the float dtypes so that
@@ -586,6 +611,13 @@ def main(argv=None) -> int:
     entry.update(_run(scalar, name, interpret=interpret))
     data['scalar'].append(entry)
     print('scalar', name, 'error' in entry and entry['error'] or 'ok',
+          flush=True)
+    save()
+  for seed in PRNG_SEEDS * ('prng' in kinds):
+    entry = {'seed': seed}
+    entry.update(_run(prng, seed, interpret=interpret))
+    data['prng'].append(entry)
+    print('prng', seed, 'error' in entry and entry['error'] or 'ok',
           flush=True)
     save()
   return 0
