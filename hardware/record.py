@@ -38,6 +38,22 @@ What is recorded (each entry: the case's parameters and its result):
 - `matmul`: `jnp.dot` of (8, 128) by (128, 128) int8, bfloat16 and float32
   blocks at the default, high and highest precision: the bit patterns of
   the (8, 128) result.
+- `semaphore`: signals and waits of `SEMAPHORE_CASES` on an array of two
+  REGULAR semaphores: both counts after each.
+- `pack`: `pltpu.pack_elementwise` and `pltpu.unpack_elementwise` of
+  `PACK_CASES` (rounding, NaN, infinities, subnormals, integers out of the
+  packed range): the bit patterns of the whole result.
+- `masked`: masked stores and loads of `MASKED_CASES`: the bits of the
+  whole buffer after the store (or of the loaded value).
+- `revisit`: pallas_calls of `REVISIT_CASES` whose output block stays the
+  same over consecutive grid steps (accumulating, writing on the first
+  visit only, on every visit): the bits of the output.
+- `pipeline`: `pltpu.emit_pipeline` of `PIPELINE_CASES` over HBM operands:
+  the bits of the output.
+- `reject`: kernels of `REJECT_CASES` that Mosaic may reject (256 MiB of
+  VMEM, a non-decrementing wait, an unaligned dynamic lane slice, int16
+  scalar arithmetic, a uint8 matmul): the error's class and first line, or
+  the output's first element where the kernel ran.
 
 The file also records the jax and jaxlib versions, the device kind and the
 date. Cases run one by one and the file is rewritten after each, so a case
@@ -48,6 +64,7 @@ what went wrong).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -298,6 +315,199 @@ SCALAR_CASES = {
     'mul_float32': (lax.mul, np.float32, _SCALAR_FLOAT32),
 }
 
+# name: operations on a REGULAR semaphore array of two, each followed by a
+# read of both: ('signal', index, value) or ('wait', index, value).
+SEMAPHORE_CASES = {
+    'signal_and_wait': (('signal', 0, 3), ('signal', 0, 5), ('wait', 0, 2),
+                        ('wait', 0, 6)),
+    'two_semaphores': (('signal', 1, 4), ('signal', 0, 1), ('wait', 1, 4),
+                       ('signal', 1, 7), ('wait', 0, 1), ('wait', 1, 7)),
+    'signal_zero': (('signal', 0, 0), ('signal', 0, 1), ('wait', 0, 1)),
+    'large_counts': (('signal', 0, 2**20), ('signal', 0, 2**20),
+                     ('wait', 0, 2**21 - 1), ('wait', 0, 1)),
+}
+
+
+def _pack_sources(dtype, count):
+  """`count` (8, 128) arrays of `dtype`: float32 values whose low bits
+  decide a rounding to bfloat16 (ties, NaN, infinities), or integers out of
+  the packed range."""
+  i = np.arange(1024, dtype=np.int64).reshape(8, 128)
+  if dtype == 'float32':
+    bits = (0x3F800000 + (i * 0x2A6B) % 0x20000) | ((i % 7 == 0) << 31)
+    x = bits.astype(np.uint32).view(np.float32).copy()
+    x[0, :4] = (np.nan, np.inf, -np.inf, 1e-40)
+    x[0, 4:8] = np.array([0x3F808000, 0x3F818000, 0x7F7FFFFF, 0x00000001],
+                         np.uint32).view(np.float32)
+    return [np.roll(x, k) for k in range(count)]
+  x = (i * 2654435761 % 2**32).astype(np.uint32).view(np.int32)
+  return [np.roll(x, k).astype(dtype) for k in range(count)]
+
+
+# name: (the operation, a function giving its inputs); the whole result's
+# bits are recorded.
+PACK_CASES = {
+    'pack_float32_to_bfloat16': (
+        lambda *xs: pltpu.pack_elementwise(xs, packed_dtype=jnp.bfloat16),
+        lambda: _pack_sources('float32', 2)),
+    'pack_int32_to_int16': (
+        lambda *xs: pltpu.pack_elementwise(xs, packed_dtype=jnp.int16),
+        lambda: _pack_sources('int32', 2)),
+    'pack_int32_to_int8': (
+        lambda *xs: pltpu.pack_elementwise(xs, packed_dtype=jnp.int8),
+        lambda: _pack_sources('int32', 4)),
+    'unpack_bfloat16_to_float32_0': (
+        lambda x: pltpu.unpack_elementwise(
+            x, index=0, packed_dtype=jnp.bfloat16,
+            unpacked_dtype=jnp.float32),
+        lambda: _pack_sources('uint32', 1)),
+    'unpack_bfloat16_to_float32_1': (
+        lambda x: pltpu.unpack_elementwise(
+            x, index=1, packed_dtype=jnp.bfloat16,
+            unpacked_dtype=jnp.float32),
+        lambda: _pack_sources('uint32', 1)),
+    'unpack_int16_to_int32_1': (
+        lambda x: pltpu.unpack_elementwise(
+            x, index=1, packed_dtype=jnp.int16, unpacked_dtype=jnp.int32),
+        lambda: _pack_sources('int32', 1)),
+    'unpack_int8_to_int32_0': (
+        lambda x: pltpu.unpack_elementwise(
+            x, index=0, packed_dtype=jnp.int8, unpacked_dtype=jnp.int32),
+        lambda: _pack_sources('int32', 1)),
+    'unpack_int8_to_int32_3': (
+        lambda x: pltpu.unpack_elementwise(
+            x, index=3, packed_dtype=jnp.int8, unpacked_dtype=jnp.int32),
+        lambda: _pack_sources('int32', 1)),
+}
+
+
+def _lane_below_37(shape):
+  return lax.broadcasted_iota(jnp.int32, shape, len(shape) - 1) < 37
+
+
+def _checkerboard(shape):
+  return (lax.broadcasted_iota(jnp.int32, shape, 0)
+          + lax.broadcasted_iota(jnp.int32, shape, 1)) % 2 == 0
+
+
+def _row_below_5(shape):
+  return lax.broadcasted_iota(jnp.int32, shape, 0) < 5
+
+
+# name: (load or store, the buffer's shape, dtype, the mask as a function
+# of the shape).
+MASKED_CASES = {
+    'store_float32_lanes': ('store', (8, 128), 'float32', _lane_below_37),
+    'store_int32_checkerboard': ('store', (8, 128), 'int32', _checkerboard),
+    'store_float32_rows': ('store', (16, 128), 'float32', _row_below_5),
+    'store_bfloat16_rows': ('store', (16, 128), 'bfloat16', _row_below_5),
+    'load_float32_lanes': ('load', (8, 128), 'float32', _lane_below_37),
+    'load_int32_checkerboard': ('load', (8, 128), 'int32', _checkerboard),
+}
+
+# Revisited outputs: pallas_calls whose output block stays the same over
+# consecutive grid steps. name: (grid, the kernel's body on (i, j, x block,
+# output block)); the input is (8 * grid[0], 128 * grid[1]) float32, its
+# block (8, 128) at (i, j), the output's (8, 128) at (i, 0).
+def _accumulate(i, j, x_ref, o_ref):
+  del i
+  @pl.when(j == 0)
+  def _():
+    o_ref[...] = jnp.zeros_like(o_ref)
+  o_ref[...] += x_ref[...]
+
+
+def _write_first_visit(i, j, x_ref, o_ref):
+  del i
+  @pl.when(j == 0)
+  def _():
+    o_ref[...] = x_ref[...]
+
+
+def _last_write_wins(i, j, x_ref, o_ref):
+  del i, j
+  o_ref[...] = x_ref[...] * 2
+
+
+def _running_max(i, j, x_ref, o_ref):
+  del i
+  @pl.when(j == 0)
+  def _():
+    o_ref[...] = x_ref[...]
+  @pl.when(j > 0)
+  def _():
+    o_ref[...] = jnp.maximum(o_ref[...], x_ref[...])
+
+
+REVISIT_CASES = {
+    'accumulate': ((4, 3), _accumulate),
+    'write_first_visit': ((2, 4), _write_first_visit),
+    'last_write_wins': ((3, 3), _last_write_wins),
+    'running_max': ((2, 5), _running_max),
+}
+
+# emit_pipeline cases: name: (the inner grid, the block shape, the shape of
+# the HBM arrays, the index map, the inner body on (x block, output block)).
+PIPELINE_CASES = {
+    'add_one': ((4,), (8, 128), (32, 128), lambda i: (i, 0),
+                lambda x_ref, o_ref: o_ref.__setitem__(
+                    Ellipsis, x_ref[...] + 1)),
+    'transpose_blocks_2d': ((2, 3), (8, 128), (16, 384),
+                            lambda i, j: (i, j),
+                            lambda x_ref, o_ref: o_ref.__setitem__(
+                                Ellipsis, x_ref[...] * 3 - 1)),
+}
+
+
+def _vmem_oom(x_ref, o_ref, big_ref):
+  big_ref[0] = x_ref[...]
+  o_ref[...] = big_ref[0] + 1
+
+
+def _no_decrement(x_ref, o_ref, sem):
+  # The count after the wait scales the output: 2 if the wait left it.
+  pl.semaphore_signal(sem, 2)
+  pl.semaphore_wait(sem, 1, decrement=False)
+  count = pl.semaphore_read(sem)
+  o_ref[...] = x_ref[...] * count.astype(jnp.float32)
+  pl.semaphore_wait(sem, count)
+
+
+def _dynamic_lane_slice(x_ref, o_ref):
+  i = pl.program_id(0) * 3 + 5
+  o_ref[...] = x_ref[:, pl.ds(i, 128)]
+
+
+def _int16_scalar(x_ref, o_ref):
+  o_ref[0] = x_ref[0] * x_ref[1] + x_ref[2]
+
+
+def _uint8_matmul(x_ref, o_ref):
+  o_ref[...] = jnp.dot(x_ref[...], x_ref[...],
+                       preferred_element_type=jnp.uint32)
+
+
+# Kernels that Mosaic may reject. name: (the kernel, its input's shape and
+# dtype, its output's shape and dtype, the input's and output's memory
+# space, scratch shapes as a function, the grid).
+REJECT_CASES = {
+    # 256 MiB of VMEM: more than any TPU has.
+    'vmem_oom': (_vmem_oom, ((8, 128), 'float32'), ((8, 128), 'float32'),
+                 'vmem', lambda: [pltpu.VMEM((2**16, 8, 128), jnp.float32)],
+                 ()),
+    'non_decrementing_wait': (
+        _no_decrement, ((8, 128), 'float32'), ((8, 128), 'float32'), 'vmem',
+        lambda: [pltpu.SemaphoreType.REGULAR], ()),
+    'dynamic_lane_slice': (
+        _dynamic_lane_slice, ((8, 256), 'float32'), ((8, 128), 'float32'),
+        'vmem', list, (1,)),
+    'int16_scalar_arithmetic': (
+        _int16_scalar, ((3,), 'int16'), ((1,), 'int16'), 'smem', list, ()),
+    'uint8_matmul': (
+        _uint8_matmul, ((128, 128), 'uint8'), ((128, 128), 'uint32'), 'vmem',
+        list, ()),
+}
+
 # (dtype of both operands, precision) of each matmul case.
 MATMUL_CASES = (
     ('int8', None),
@@ -307,9 +517,6 @@ MATMUL_CASES = (
     ('float32', 'highest'),
 )
 
-
-KINDS = ('dma_semaphore', 'stochastic_round', 'elementwise', 'matmul',
-         'layout', 'scalar', 'prng')
 
 # The seeds of the prng cases.
 PRNG_SEEDS = (0, 1, 7, 123456789)
@@ -399,26 +606,6 @@ def elementwise(name, interpret=None):
       interpret=interpret,
   )(*inputs)
   return [int(v) for v in _bits(out).reshape(-1)[:n]]
-
-
-def layout(name, interpret=None):
-  """The bit patterns of `LAYOUT_CASES[name]`'s whole result, a list of
-  unsigned integers in row-major order."""
-  fn, make_inputs = LAYOUT_CASES[name]
-  inputs = make_inputs()
-  out = jax.eval_shape(
-      fn, *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs])
-
-  def kernel(*refs):
-    *in_refs, o_ref = refs
-    o_ref[...] = fn(*[r[...] for r in in_refs])
-
-  result = pl.pallas_call(
-      kernel,
-      out_shape=jax.ShapeDtypeStruct(out.shape, out.dtype),
-      interpret=interpret,
-  )(*inputs)
-  return [int(v) for v in _bits(result).reshape(-1)]
 
 
 def scalar_inputs(name):
@@ -512,6 +699,182 @@ def matmul(dtype, precision, interpret=None):
   return [int(v) for v in _bits(out).reshape(-1)]
 
 
+def semaphore(name, interpret=None):
+  """The values of a REGULAR semaphore array of two after each operation of
+  `SEMAPHORE_CASES[name]`: a list of `[first, second]`."""
+  ops = SEMAPHORE_CASES[name]
+
+  def kernel(o_ref, sems):
+    for k, (op, index, value) in enumerate(ops):
+      if op == 'signal':
+        pl.semaphore_signal(sems.at[index], value)
+      else:
+        pl.semaphore_wait(sems.at[index], value)
+      o_ref[2 * k] = pl.semaphore_read(sems.at[0])
+      o_ref[2 * k + 1] = pl.semaphore_read(sems.at[1])
+
+  out = pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct((2 * len(ops),), jnp.int32),
+      out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+      scratch_shapes=[pltpu.SemaphoreType.REGULAR((2,))],
+      interpret=interpret,
+  )()
+  return np.asarray(out).reshape(-1, 2).tolist()
+
+
+def _whole_result(fn, inputs, interpret):
+  """`fn` of `inputs` in a kernel on whole VMEM blocks: its result's bits, a
+  list of unsigned integers in row-major order."""
+  out = jax.eval_shape(
+      fn, *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs])
+
+  def kernel(*refs):
+    *in_refs, o_ref = refs
+    o_ref[...] = fn(*[r[...] for r in in_refs])
+
+  result = pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct(out.shape, out.dtype),
+      interpret=interpret,
+  )(*inputs)
+  return [int(v) for v in _bits(result).reshape(-1)]
+
+
+def layout(name, interpret=None):
+  """The bit patterns of `LAYOUT_CASES[name]`'s whole result, a list of
+  unsigned integers in row-major order."""
+  fn, make_inputs = LAYOUT_CASES[name]
+  return _whole_result(fn, make_inputs(), interpret)
+
+
+def pack_inputs(name):
+  """The inputs of `PACK_CASES[name]` for the installed jax."""
+  inputs = PACK_CASES[name][1]()
+  if name.startswith('unpack_') and jax.__version_info__ < (0, 10, 2):
+    # Before jax 0.10.2 unpack_elementwise takes only uint32 (the same bits).
+    inputs = [x.view(np.uint32) for x in inputs]
+  return inputs
+
+
+def pack(name, interpret=None):
+  """The bit patterns of `PACK_CASES[name]`'s whole result, a list of
+  unsigned integers in row-major order."""
+  return _whole_result(PACK_CASES[name][0], pack_inputs(name), interpret)
+
+
+def masked_inputs(name):
+  """A masked case's buffer contents before the load or store, and the
+  values it stores (or, for a load, nothing)."""
+  _, shape, dtype, _ = MASKED_CASES[name]
+  n = int(np.prod(shape))
+  before = (np.arange(n) % 251 - 125).astype(dtype).reshape(shape)
+  values = (np.arange(n) * 7 % 509 + 1000).astype(dtype).reshape(shape)
+  return before, values
+
+
+def masked(name, interpret=None):
+  """The bits of a buffer after a masked store of `MASKED_CASES[name]`, or
+  of the value a masked load of it gives, unsigned integers in row-major
+  order (the elements the mask leaves out included)."""
+  op, shape, dtype, make_mask = MASKED_CASES[name]
+  before, values = masked_inputs(name)
+
+  def kernel(before_ref, values_ref, o_ref):
+    mask = make_mask(shape)
+    if op == 'store':
+      o_ref[...] = before_ref[...]
+      pltpu.store(o_ref, values_ref[...], mask=mask)
+    else:
+      o_ref[...] = pltpu.load(before_ref, mask=mask)
+
+  out = pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct(shape, dtype),
+      interpret=interpret,
+  )(before, values)
+  return [int(v) for v in _bits(out).reshape(-1)]
+
+
+def revisit_input(name):
+  grid, _ = REVISIT_CASES[name]
+  n = 8 * grid[0] * 128 * grid[1]
+  return ((np.arange(n) * 37 % 1001) - 500).astype(np.float32).reshape(
+      8 * grid[0], 128 * grid[1])
+
+
+def revisit(name, interpret=None):
+  """The output of `REVISIT_CASES[name]`: (8 * grid[0], 128) float32 bits,
+  unsigned integers in row-major order."""
+  grid, body = REVISIT_CASES[name]
+
+  def kernel(x_ref, o_ref):
+    body(pl.program_id(0), pl.program_id(1), x_ref, o_ref)
+
+  out = pl.pallas_call(
+      kernel,
+      grid=grid,
+      in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, j))],
+      out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, 0)),
+      out_shape=jax.ShapeDtypeStruct((8 * grid[0], 128), jnp.float32),
+      interpret=interpret,
+  )(revisit_input(name))
+  return [int(v) for v in _bits(out).reshape(-1)]
+
+
+def pipeline_input(name):
+  shape = PIPELINE_CASES[name][2]
+  return ((np.arange(np.prod(shape)) * 13 % 997) - 400).astype(
+      np.float32).reshape(shape)
+
+
+def pipeline(name, interpret=None):
+  """The output of `pltpu.emit_pipeline` over `PIPELINE_CASES[name]`, in a
+  pallas_call whose operands stay in HBM: float32 bits, unsigned integers in
+  row-major order."""
+  grid, block, shape, index_map, body = PIPELINE_CASES[name]
+
+  def kernel(x_hbm, o_hbm):
+    pltpu.emit_pipeline(
+        body, grid=grid,
+        in_specs=[pl.BlockSpec(block, index_map)],
+        out_specs=[pl.BlockSpec(block, index_map)],
+    )(x_hbm, o_hbm)
+
+  out = pl.pallas_call(
+      kernel,
+      in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+      out_specs=pl.BlockSpec(memory_space=pl.ANY),
+      out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
+      interpret=interpret,
+  )(pipeline_input(name))
+  return [int(v) for v in _bits(out).reshape(-1)]
+
+
+def reject(name, interpret=None):
+  """Runs `REJECT_CASES[name]` on ones: `{'output': its first element}`
+  where it ran, else `{'raised': the exception's class name, 'message': the
+  first line of its message}`."""
+  kernel, (in_shape, in_dtype), (out_shape, out_dtype), space, scratch, grid = (
+      REJECT_CASES[name])
+  x = np.ones(in_shape, in_dtype)
+  spec = pl.BlockSpec(memory_space=_memory_space(space))
+  try:
+    out = jax.block_until_ready(pl.pallas_call(
+        kernel,
+        grid=grid,
+        in_specs=[spec],
+        out_specs=spec,
+        out_shape=jax.ShapeDtypeStruct(out_shape, out_dtype),
+        scratch_shapes=scratch(),
+        interpret=interpret,
+    )(x))
+  except Exception as e:  # pylint: disable=broad-except
+    lines = str(e).strip().splitlines() or ['']
+    return {'raised': type(e).__name__, 'message': lines[0][:300]}
+  return {'output': np.asarray(out).reshape(-1)[0].item()}
+
+
 def dumps(data) -> str:
   """A recording as JSON text with one line per case (so diffs stay small)."""
   lines = []
@@ -533,6 +896,36 @@ def _run(fn, *args, interpret):
             'traceback': traceback.format_exc()[-4000:]}
 
 
+def _by_name(cases):
+  return [({'name': name}, (name,)) for name in cases]
+
+
+# kind: (its recorder, its cases: the fields of the case's entry and the
+# recorder's arguments).
+KINDS = {
+    'dma_semaphore': (dma_semaphore, [
+        ({'src': src, 'dst': dst, 'shape': list(shape), 'dtype': dtype},
+         (src, dst, shape, dtype))
+        for src, dst, shape, dtype in DMA_CASES]),
+    'stochastic_round': (stochastic_round, [
+        ({'shift': shift, 'f': f}, (shift, f))
+        for shift, f in STOCHASTIC_ROUND_CASES]),
+    'elementwise': (elementwise, _by_name(ELEMENTWISE_CASES)),
+    'matmul': (matmul, [
+        ({'dtype': dtype, 'precision': precision}, (dtype, precision))
+        for dtype, precision in MATMUL_CASES]),
+    'layout': (layout, _by_name(LAYOUT_CASES)),
+    'scalar': (scalar, _by_name(SCALAR_CASES)),
+    'prng': (prng, [({'seed': seed}, (seed,)) for seed in PRNG_SEEDS]),
+    'semaphore': (semaphore, _by_name(SEMAPHORE_CASES)),
+    'pack': (pack, _by_name(PACK_CASES)),
+    'masked': (masked, _by_name(MASKED_CASES)),
+    'revisit': (revisit, _by_name(REVISIT_CASES)),
+    'pipeline': (pipeline, _by_name(PIPELINE_CASES)),
+    'reject': (reject, _by_name(REJECT_CASES)),
+}
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('-o', '--output', required=True)
@@ -546,12 +939,17 @@ def main(argv=None) -> int:
   if unknown:
     parser.error(f'unknown kinds: {sorted(unknown)}; known: {list(KINDS)}')
   interpret = None
+  stack = contextlib.ExitStack()
   if args.interpret:
     # As close to the TPU as interpret mode gets: float32 matmuls as the
     # TPU multiplies them, where the series has the option (jax 0.10.0 on).
+    # The TPU v5e simulated (emit_pipeline asks for the TPU's tiling), where
+    # the series can (jax 0.10.1 on).
     fields = {f.name for f in dataclasses.fields(pltpu.InterpretParams)}
-    interpret = pltpu.InterpretParams(**(
-        {'matmul_precision': 'tpu'} if 'matmul_precision' in fields else {}))
+    interpret = pltpu.InterpretParams(**{
+        k: v for k, v in (('matmul_precision', 'tpu'),
+                          ('device_kind', 'TPU v5 lite')) if k in fields})
+    stack.enter_context(pltpu.force_tpu_interpret_mode(interpret))
   device = jax.devices()[0]
   data = {
       'jax': jax.__version__,
@@ -562,64 +960,19 @@ def main(argv=None) -> int:
       'date': datetime.date.today().isoformat(),
       **{kind: [] for kind in kinds},
   }
-
-  def save():
-    tmp = args.output + '.tmp'
-    with open(tmp, 'w') as f:
-      f.write(dumps(data))
-    os.replace(tmp, args.output)
-
-  for src, dst, shape, dtype in DMA_CASES * ('dma_semaphore' in kinds):
-    entry = {'src': src, 'dst': dst, 'shape': list(shape), 'dtype': dtype}
-    entry.update(_run(dma_semaphore, src, dst, shape, dtype,
-                      interpret=interpret))
-    data['dma_semaphore'].append(entry)
-    print('dma_semaphore', src, dst, shape, dtype,
-          entry.get('result', entry.get('error')), flush=True)
-    save()
-  for shift, f in STOCHASTIC_ROUND_CASES * ('stochastic_round' in kinds):
-    entry = {'shift': shift, 'f': f}
-    entry.update(_run(stochastic_round, shift, f, interpret=interpret))
-    data['stochastic_round'].append(entry)
-    result = entry.get('result')
-    print('stochastic_round', shift, f,
-          len(result) if result is not None else entry['error'], flush=True)
-    save()
-  for name in list(ELEMENTWISE_CASES) * ('elementwise' in kinds):
-    entry = {'name': name}
-    entry.update(_run(elementwise, name, interpret=interpret))
-    data['elementwise'].append(entry)
-    print('elementwise', name, 'error' in entry and entry['error'] or 'ok',
-          flush=True)
-    save()
-  for dtype, precision in MATMUL_CASES * ('matmul' in kinds):
-    entry = {'dtype': dtype, 'precision': precision}
-    entry.update(_run(matmul, dtype, precision, interpret=interpret))
-    data['matmul'].append(entry)
-    print('matmul', dtype, precision,
-          'error' in entry and entry['error'] or 'ok', flush=True)
-    save()
-  for name in list(LAYOUT_CASES) * ('layout' in kinds):
-    entry = {'name': name}
-    entry.update(_run(layout, name, interpret=interpret))
-    data['layout'].append(entry)
-    print('layout', name, 'error' in entry and entry['error'] or 'ok',
-          flush=True)
-    save()
-  for name in list(SCALAR_CASES) * ('scalar' in kinds):
-    entry = {'name': name}
-    entry.update(_run(scalar, name, interpret=interpret))
-    data['scalar'].append(entry)
-    print('scalar', name, 'error' in entry and entry['error'] or 'ok',
-          flush=True)
-    save()
-  for seed in PRNG_SEEDS * ('prng' in kinds):
-    entry = {'seed': seed}
-    entry.update(_run(prng, seed, interpret=interpret))
-    data['prng'].append(entry)
-    print('prng', seed, 'error' in entry and entry['error'] or 'ok',
-          flush=True)
-    save()
+  with stack:
+    for kind in kinds:
+      recorder, cases = KINDS[kind]
+      for fields, recorder_args in cases:
+        entry = dict(fields)
+        entry.update(_run(recorder, *recorder_args, interpret=interpret))
+        data[kind].append(entry)
+        print(kind, *recorder_args, entry['error'] if 'error' in entry
+              else 'ok', flush=True)
+        tmp = args.output + '.tmp'
+        with open(tmp, 'w') as f:
+          f.write(dumps(data))
+        os.replace(tmp, args.output)
   return 0
 
 

@@ -8,10 +8,15 @@ exactly for a DMA semaphore's counts (patch 0046 of the newest series, jax
 zero (patch 0039, jax 0.10.0 and newer), integer and float arithmetic,
 conversions and reductions on edge values (in vectors and, on the scalar
 unit, in SMEM scalars), bitcasts, rolls, bit counts and rounding, int8 and
-bfloat16 matmuls, and
-float32 ones at the default precision with `matmul_precision="tpu"` (patch
-0047 of the newest series, jax 0.10.0 and newer); by their statistics for
-the bits of `pltpu.prng_random_bits` (jax 0.11.0 and newer);
+bfloat16 matmuls, float32 ones at the default precision with
+`matmul_precision="tpu"` (patch 0047 of the newest series, jax 0.10.0 and
+newer), REGULAR semaphore counts, `pltpu.pack_elementwise` and
+`unpack_elementwise` (jax 0.10.0 and newer), masked stores, outputs
+revisited over grid steps and `emit_pipeline` (with a simulated TPU, jax
+0.10.1 and newer; the recordings of these two are also checked against
+numpy); the errors of kernels the TPU's jax rejected (interpret mode raises
+the same class, or, for `ACCEPTED_BY_INTERPRET_MODE`, runs them); by their
+statistics for the bits of `pltpu.prng_random_bits` (jax 0.11.0 and newer);
 to the tolerances of `ULP_TOLERANCE` for transcendentals and float32
 matmuls at the highest precision. `KNOWN_DIFFERENCES` are where interpret
 mode does not compute what the TPU computes: those elements are not
@@ -44,7 +49,12 @@ _SINCE = {'dma_semaphore': (0, 11, 0), 'stochastic_round': (0, 10, 0),
           # jax 0.10.x's interpreter gives zeros for prng_random_bits (its
           # series does not have #9).
           'prng': (0, 11, 0),
-          'matmul_precision': (0, 10, 0)}
+          'matmul_precision': (0, 10, 0),
+          'semaphore': (0, 0, 0), 'masked': (0, 0, 0), 'revisit': (0, 0, 0),
+          'reject': (0, 10, 0),  # Mosaic's uint8 matmul error: #40.
+          'pack': (0, 10, 0),  # pltpu.pack_elementwise: #34.
+          # emit_pipeline asks for the TPU's tiling: a simulated TPU, #36.
+          'pipeline': (0, 10, 1)}
 
 # Matmuls the TPU's jax did not compile: the error it recorded.
 NOT_COMPILED = {
@@ -95,14 +105,19 @@ def _division_by_a_huge_divisor(name, inputs, n, tpu, dtype):
   return known, ok
 
 
-def _subnormal_to_bfloat16(name, inputs, n, tpu, dtype):
-  # float32 to bfloat16 of a float32 subnormal gives a zero of its sign on
-  # the TPU; interpret mode gives the nearest bfloat16 subnormal.
-  if name != 'float32_to_bfloat16':
+def _subnormal_flushed(name, inputs, n, tpu, dtype):
+  # A subnormal converted between float32 and bfloat16 (`astype`,
+  # `pltpu.pack_elementwise`, `pltpu.unpack_elementwise`) gives a zero of
+  # its sign on the TPU; interpret mode gives the nearest subnormal, or, from
+  # bfloat16, the same value.
+  if name not in ('float32_to_bfloat16', 'pack_float32_to_bfloat16',
+                  'unpack_bfloat16_to_float32_0',
+                  'unpack_bfloat16_to_float32_1'):
     return None
-  x = np.asarray(inputs[0]).reshape(-1)[:n]
-  known = (x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)
-  ok = np.all(tpu[known] == np.where(np.signbit(x[known]), 0x8000, 0))
+  x = np.asarray(inputs[0]).reshape(-1)[:n].astype(np.float32)
+  known = (x != 0) & (np.abs(x) < np.finfo(x.dtype).tiny)
+  sign = {2: 0x8000, 4: 0x80000000}[dtype.itemsize]
+  ok = np.all(tpu[known] == np.where(np.signbit(x[known]), sign, 0))
   return known, ok
 
 
@@ -127,9 +142,47 @@ def _nan_sign(name, inputs, n, tpu, dtype):
 # not compared bit for bit; the rules before `_nan_sign` take precedence.
 KNOWN_DIFFERENCES = (
     _division_by_a_huge_divisor,
-    _subnormal_to_bfloat16,
+    _subnormal_flushed,
     _nan_sign,
 )
+
+
+# Kernels that the TPU's jax rejected and interpret mode runs (no check
+# there yet): (kind, name): the error class and part of the message the
+# recording has.
+ACCEPTED_BY_INTERPRET_MODE = {
+    ('reject', 'vmem_oom'): ('JaxRuntimeError', 'RESOURCE_EXHAUSTED'),
+    ('reject', 'dynamic_lane_slice'): (
+        'MosaicError', 'cannot statically prove that index in dimension 1 '
+        'is a multiple of 128'),
+    ('reject', 'int16_scalar_arithmetic'): (
+        'MosaicError', 'Only i32 arith.muli is supported'),
+    ('masked', 'store_bfloat16_rows'): (
+        'NotImplementedError', 'masked swap with non-32-bit data'),
+}
+
+
+def _bits_of_halves(bits, count):
+  """uint32 words as their `count` parts, lowest bits first."""
+  width = 32 // count
+  parts = [(bits >> np.uint64(width * k)) & np.uint64(2**width - 1)
+           for k in range(count)]
+  return np.stack(parts, axis=-1).reshape(-1)
+
+
+def _expected_revisit(name, x):
+  """What `record.REVISIT_CASES[name]` computes: numpy, per output block."""
+  rows, cols = x.shape[0] // 8, x.shape[1] // 128
+  blocks = x.reshape(rows, 8, cols, 128).transpose(0, 2, 1, 3)
+  out = {'accumulate': blocks.sum(1, dtype=np.float32),
+         'write_first_visit': blocks[:, 0],
+         'last_write_wins': blocks[:, -1] * 2,
+         'running_max': blocks.max(1)}[name]
+  return out.reshape(rows * 8, 128)
+
+
+_EXPECTED_PIPELINE = {'add_one': lambda x: x + 1,
+                      'transpose_blocks_2d': lambda x: x * 3 - 1}
 
 
 class HardwareParityTest(absltest.TestCase):
@@ -156,9 +209,7 @@ class HardwareParityTest(absltest.TestCase):
     self.assertEqual(kinds, set(record.KINDS))
 
   def _check(self, kind, run):
-    if jax.__version_info__ < _SINCE[kind]:
-      self.skipTest(f'jax {jax.__version__}: its series has no patch for '
-                    f'{kind} (jax {".".join(map(str, _SINCE[kind]))} on)')
+    self._skip_before(kind)
     params = pltpu.InterpretParams()
     checked = 0
     for data, where in self._recordings(kind):
@@ -229,64 +280,179 @@ class HardwareParityTest(absltest.TestCase):
         f'{mismatch[:10]} (inputs {inputs_there}; TPU '
         f'{tpu[mismatch[:10]]}, interpret mode {got[mismatch[:10]]})')
 
-  def test_elementwise_as_on_the_tpu(self):
-    params = pltpu.InterpretParams()
+  def _skip_before(self, kind):
+    if jax.__version_info__ < _SINCE[kind]:
+      self.skipTest(f'jax {jax.__version__}: its series has no patch for '
+                    f'{kind} (jax {".".join(map(str, _SINCE[kind]))} on)')
+
+  def _check_bits(self, kind, recorder, describe, rules=KNOWN_DIFFERENCES,
+                  params=None):
+    """Compares the bits interpret mode computes with each recorded case's.
+
+    Args:
+      kind: the recording's kind; its entries are named cases.
+      recorder: `record`'s function for the kind, run in interpret mode.
+      describe: given a case's name, its inputs (for the rules and the
+        messages), how many elements of the result are compared, their
+        dtype and a function from result bits (uint64) to the compared ones.
+      rules: the `KNOWN_DIFFERENCES` that may apply.
+      params: the `InterpretParams`, by default the defaults.
+
+    Cases the TPU did not run are checked against the error it recorded:
+    interpret mode must raise the same class, or, for
+    `ACCEPTED_BY_INTERPRET_MODE`, run.
+    """
+    self._skip_before(kind)
+    params = params or pltpu.InterpretParams()
     checked = 0
-    for data, where in self._recordings('elementwise'):
-      for entry in data['elementwise']:
+    for data, where in self._recordings(kind):
+      for entry in data[kind]:
         name = entry['name']
         with self.subTest(recording=where, name=name):
-          self.assertIn('result', entry, f'the TPU did not run {name}')
-          fn, make_inputs = record.ELEMENTWISE_CASES[name]
-          inputs, n = make_inputs()
-          dtype = np.dtype(jax.eval_shape(fn, *inputs).dtype)
-          tpu = np.array(entry['result'], np.uint64)
-          got = np.array(record.elementwise(name, interpret=params),
-                         np.uint64)
-          self._compare(name, inputs, n, tpu, got, dtype, where)
-        checked += 1
-    self.assertEqual(checked, len(record.ELEMENTWISE_CASES)
-                     * len(list(self._recordings('elementwise'))))
+          if 'error' in entry:
+            self._check_error(kind, name, entry['error'],
+                              lambda n=name: recorder(n, interpret=params))
+            continue
+          inputs, n, dtype, view = describe(name)
+          tpu = view(np.array(entry['result'], np.uint64))
+          got = view(np.array(recorder(name, interpret=params), np.uint64))
+          self.assertEqual(got.shape, tpu.shape)
+          self._compare(name, inputs, n, tpu, got, np.dtype(dtype), where,
+                        rules)
+          checked += 1
+    self.assertGreater(checked, 0)
+
+  def _check_error(self, kind, name, error, run):
+    """Checks interpret mode against an error the TPU's jax raised."""
+    cls = error.split(':')[0]
+    if (kind, name) in ACCEPTED_BY_INTERPRET_MODE:
+      want_cls, want_message = ACCEPTED_BY_INTERPRET_MODE[kind, name]
+      self.assertEqual(cls, want_cls)
+      self.assertIn(want_message, error)
+      run()  # Interpret mode runs it: an error-parity gap, documented.
+      return
+    with self.assertRaises(Exception) as raised:
+      run()
+    self.assertEqual(type(raised.exception).__name__, cls, raised.exception)
+
+  def _elementwise(self, name):
+    fn, make_inputs = record.ELEMENTWISE_CASES[name]
+    inputs, n = make_inputs()
+    return inputs, n, jax.eval_shape(fn, *inputs).dtype, lambda bits: bits
+
+  def test_elementwise_as_on_the_tpu(self):
+    self._check_bits('elementwise', record.elementwise, self._elementwise)
 
   def test_layout_as_on_the_tpu(self):
-    params = pltpu.InterpretParams()
-    checked = 0
-    for data, where in self._recordings('layout'):
-      for entry in data['layout']:
-        name = entry['name']
-        with self.subTest(recording=where, name=name):
-          self.assertIn('result', entry, f'the TPU did not run {name}')
-          fn, make_inputs = record.LAYOUT_CASES[name]
-          inputs = make_inputs()
-          dtype = np.dtype(jax.eval_shape(fn, *inputs).dtype)
-          tpu = np.array(entry['result'], np.uint64)
-          got = np.array(record.layout(name, interpret=params), np.uint64)
-          self.assertEqual(got.shape, tpu.shape)
-          # Bitcasts and rolls move bits, NaN payloads included, and the
-          # rest make no NaN: every bit must match.
-          self._compare(name, inputs, tpu.size, tpu, got, dtype, where,
-                        rules=())
-        checked += 1
-    self.assertEqual(checked, len(record.LAYOUT_CASES)
-                     * len(list(self._recordings('layout'))))
+    def describe(name):
+      fn, make_inputs = record.LAYOUT_CASES[name]
+      inputs = make_inputs()
+      out = jax.eval_shape(fn, *inputs)
+      return inputs, out.size, out.dtype, lambda bits: bits
+    # Bitcasts and rolls move bits, NaN payloads included, and the rest
+    # make no NaN: every bit must match.
+    self._check_bits('layout', record.layout, describe, rules=())
 
   def test_scalar_as_on_the_tpu(self):
-    params = pltpu.InterpretParams()
-    checked = 0
-    for data, where in self._recordings('scalar'):
-      for entry in data['scalar']:
+    def describe(name):
+      fn = record.SCALAR_CASES[name][0]
+      inputs = record.scalar_inputs(name)
+      dtype = jax.eval_shape(fn, *[x[0] for x in inputs]).dtype
+      return inputs, inputs[0].size, dtype, lambda bits: bits
+    self._check_bits('scalar', record.scalar, describe)
+
+  def test_pack_as_on_the_tpu(self):
+    def describe(name):
+      fn = record.PACK_CASES[name][0]
+      inputs = record.pack_inputs(name)
+      if name == 'pack_float32_to_bfloat16':
+        # Compared as the bfloat16 halves of each word, from the float32
+        # value of each source in turn.
+        return ([np.stack(inputs, -1).reshape(-1)], 2048, jnp.bfloat16,
+                lambda bits: _bits_of_halves(bits, 2))
+      out = jax.eval_shape(fn, *inputs)
+      if name.startswith('unpack_bfloat16'):
+        # The rules see the bfloat16 half of each word that is unpacked.
+        half = inputs[0].view(np.uint32) >> (16 * int(name[-1])) & 0xFFFF
+        inputs = [half.astype(np.uint16).view(ml_dtypes.bfloat16)]
+      return inputs, out.size, out.dtype, lambda bits: bits
+    self._check_bits('pack', record.pack, describe)
+
+  def test_masked_loads_and_stores_as_on_the_tpu(self):
+    def describe(name):
+      _, shape, dtype, _ = record.MASKED_CASES[name]
+      return (list(record.masked_inputs(name)), int(np.prod(shape)), dtype,
+              lambda bits: bits)
+    self._check_bits('masked', record.masked, describe, rules=())
+
+  def test_revisited_outputs_as_on_the_tpu(self):
+    def describe(name):
+      x = record.revisit_input(name)
+      expected = _expected_revisit(name, x)
+      return [x], expected.size, np.float32, lambda bits: bits
+    self._check_bits('revisit', record.revisit, describe, rules=())
+    for data, where in self._recordings('revisit'):
+      for entry in data['revisit']:
         name = entry['name']
+        expected = _expected_revisit(name, record.revisit_input(name))
+        np.testing.assert_array_equal(
+            np.array(entry['result'], np.uint32).view(np.float32),
+            expected.reshape(-1), f'{name}: {where}')
+
+  def test_emit_pipeline_as_on_the_tpu(self):
+    self._skip_before('pipeline')
+    params = pltpu.InterpretParams(device_kind='TPU v5 lite')
+    def describe(name):
+      x = record.pipeline_input(name)
+      return [x], x.size, np.float32, lambda bits: bits
+    # emit_pipeline asks for the TPU's tiling while the kernel is traced.
+    with pltpu.force_tpu_interpret_mode(params):
+      self._check_bits('pipeline', record.pipeline, describe, rules=(),
+                       params=params)
+    for data, where in self._recordings('pipeline'):
+      for entry in data['pipeline']:
+        name = entry['name']
+        expected = _EXPECTED_PIPELINE[name](record.pipeline_input(name))
+        np.testing.assert_array_equal(
+            np.array(entry['result'], np.uint32).view(np.float32),
+            expected.reshape(-1), f'{name}: {where}')
+
+  def test_regular_semaphores_as_on_the_tpu(self):
+    def run(case, params):
+      return record.semaphore(case['name'], interpret=params)
+    self._check('semaphore', run)
+
+  def test_errors_as_on_the_tpu(self):
+    self._skip_before('reject')
+    params = pltpu.InterpretParams()
+    for data, where in self._recordings('reject'):
+      for entry in data['reject']:
+        name = entry['name']
+        tpu = entry['result']
         with self.subTest(recording=where, name=name):
-          self.assertIn('result', entry, f'the TPU did not run {name}')
-          fn = record.SCALAR_CASES[name][0]
-          inputs = record.scalar_inputs(name)
-          dtype = np.dtype(jax.eval_shape(fn, *[x[0] for x in inputs]).dtype)
-          tpu = np.array(entry['result'], np.uint64)
-          got = np.array(record.scalar(name, interpret=params), np.uint64)
-          self._compare(name, inputs, tpu.size, tpu, got, dtype, where)
-        checked += 1
-    self.assertEqual(checked, len(record.SCALAR_CASES)
-                     * len(list(self._recordings('scalar'))))
+          got = record.reject(name, interpret=params)
+          if name == 'non_decrementing_wait':
+            # jax's lowering means to reject a wait with decrement=False,
+            # but the flag reaches it as an MLIR value, never False: the
+            # TPU compiled the wait and it decremented (the count after
+            # it was 1, not 2). Interpret mode raises, naming its flag
+            # (what the lowering means), and with the flag does not
+            # decrement.
+            self.assertEqual(tpu, {'output': 1.0})
+            self.assertEqual(got['raised'], 'NotImplementedError')
+            self.assertIn('allow_non_decrementing_semaphore_wait',
+                          got['message'])
+            allowed = pltpu.InterpretParams(
+                allow_non_decrementing_semaphore_wait=True)
+            self.assertEqual(record.reject(name, interpret=allowed),
+                             {'output': 2.0})
+          elif ('reject', name) in ACCEPTED_BY_INTERPRET_MODE:
+            cls, message = ACCEPTED_BY_INTERPRET_MODE['reject', name]
+            self.assertEqual(tpu['raised'], cls)
+            self.assertIn(message, tpu['message'])
+            self.assertIn('output', got)
+          else:
+            self.assertEqual(got, tpu, where)
 
   def _check_random_bits(self, draws, what):
     """Checks three draws of a `record.prng` case.
