@@ -53,6 +53,9 @@ Commands:
             hardware-only (checks Mosaic lowering or compilation), failed,
             timed out, pass rate; then the failures grouped by cause.
             --files, -k, --timeout (s per test), --devices; --json.
+            With --tpu chip the tests run on this machine's TPU instead,
+            compiled by Mosaic; --against that run's --json report lists,
+            per file, the tests that passed on the TPU and not here.
 
 Exit codes:
   0  success, or nothing to do
@@ -80,6 +83,7 @@ patches/ beside jax_fork/, never an installed copy.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 
@@ -159,8 +163,13 @@ _TEST_PYTHON = flags.DEFINE_string(
     'the Python that runs the tests (default: this one), with pytest and '
     'the jaxlib the checkout needs.')
 _TPU = flags.DEFINE_enum(
-    'tpu', 'v6e', list(coverage.TPUS),
-    'coverage: the TPU the tests see (device kind and cores per device).')
+    'tpu', 'v6e', [*coverage.TPUS, coverage.CHIP],
+    'coverage: the TPU the tests see (device kind and cores per device), or '
+    '"chip": run them on this machine\'s TPU, not interpreted.')
+_AGAINST = flags.DEFINE_string(
+    'against', None,
+    'coverage: the --json report of a --tpu chip run of the same files; '
+    'also lists, per file, the tests that passed there and not here.')
 _FILES = flags.DEFINE_list(
     'files', None,
     'coverage: test files relative to the checkout (default: upstream\'s '
@@ -375,19 +384,38 @@ def _coverage() -> tuple[int, str]:
   jax_repo = os.path.abspath(_JAX_REPO.value)
   if not os.path.isdir(jax_repo):
     raise errors.UsageError(f'No directory {jax_repo}.')
+  chip = None
+  if _AGAINST.value:
+    try:
+      with open(_AGAINST.value, encoding='utf-8') as f:
+        chip = json.load(f)
+      chip['tests']  # pylint: disable=pointless-statement
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      raise errors.UsageError(
+          f'--against {_AGAINST.value} is not the --json report of a '
+          f'coverage run: {e}') from e
   python = _TEST_PYTHON.value or coverage.default_python()
   files = tuple(_FILES.value or coverage.DEFAULT_FILES)
-  outcomes = coverage.run(jax_repo, python, _TPU.value, files,
-                          _KEYWORD.value, _TIMEOUT.value, _DEVICES.value)
+  on_chip = _TPU.value == coverage.CHIP
   info = {'jax_repo': jax_repo, 'jax_commit': coverage.jax_commit(jax_repo),
           'tpu': _TPU.value, 'keyword': _KEYWORD.value,
           'timeout': _TIMEOUT.value, 'devices': _DEVICES.value}
+  if on_chip:
+    info.update(coverage.device_info(python, jax_repo))
+  outcomes = coverage.run(jax_repo, python, _TPU.value, files,
+                          _KEYWORD.value, _TIMEOUT.value, _DEVICES.value)
+  rows = coverage.against(outcomes, chip) if chip is not None else None
   if _JSON.value:
+    extra = {} if rows is None else {'against': rows}
     return migration_cli.done_json(
-        'coverage', **coverage.to_json(outcomes, **info))
-  return 0, (f'Upstream\'s TPU tests at {info["jax_commit"] or jax_repo}, '
-             f'as if on a TPU {_TPU.value}, in TPU interpret mode:\n'
-             + coverage.table_text(outcomes))
+        'coverage', **coverage.to_json(outcomes, **info), **extra)
+  where = (f'on the TPU ({info["device_kind"]})' if on_chip else
+           f'as if on a TPU {_TPU.value}, in TPU interpret mode')
+  text = (f'Upstream\'s TPU tests at {info["jax_commit"] or jax_repo}, '
+          f'{where}:\n' + coverage.table_text(outcomes))
+  if rows is not None:
+    text += '\n\n' + coverage.against_text(rows, chip)
+  return 0, text
 
 
 def _manifest(patches_dir: str) -> tuple[int, str]:

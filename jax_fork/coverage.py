@@ -44,6 +44,9 @@ TPUS = {
     'v5p': ('TPU v5', 2),
     'v6e': ('TPU v6 lite', 1),
 }
+# --tpu chip: the machine's own TPU, not interpreted (what interpret mode is
+# compared with: `against`).
+CHIP = 'chip'
 # Upstream's hardware TPU Pallas test files (relative to the checkout).
 DEFAULT_FILES = tuple('tests/pallas/' + f for f in (
     'tpu_pallas_test.py', 'tpu_pallas_async_test.py',
@@ -170,7 +173,7 @@ def _run_file(python: str, jax_repo: str, path: str, env: dict[str, str],
     with open(stderr_path, 'w', encoding='utf-8') as stderr:
       proc = subprocess.Popen(  # pylint: disable=consider-using-with
           [python, '-m', 'pytest', '-p', _PLUGIN, '-p', 'no:cacheprovider',
-           '-q', *args, path], cwd=jax_repo,
+           f'--rootdir={jax_repo}', '-q', *args, path], cwd=jax_repo,
           env=env, stdout=subprocess.DEVNULL, stderr=stderr,
           start_new_session=True)
     size, since = -1, time.monotonic()
@@ -229,7 +232,8 @@ def run(jax_repo: str, python: str, tpu: str = 'v6e',
   Args:
     jax_repo: a jax checkout (its ``jax`` package is what runs).
     python: a Python with pytest and the jaxlib the checkout needs.
-    tpu: a key of ``TPUS``.
+    tpu: a key of ``TPUS``, or ``CHIP`` to run the tests on this machine's
+      TPU instead, compiled by Mosaic (``devices`` is then not used).
     files: test files, relative to ``jax_repo`` (a bare name: in
       ``tests/pallas``).
     keyword: pytest's ``-k`` expression, or None for every test.
@@ -247,9 +251,9 @@ def run(jax_repo: str, python: str, tpu: str = 'v6e',
     errors.EnvironmentProblem: no ``python``, or pytest cannot run a file
       at all.
   """
-  if tpu not in TPUS:
+  if tpu not in TPUS and tpu != CHIP:
     raise errors.UsageError(
-        f'Unknown --tpu {tpu}; one of {", ".join(TPUS)}.')
+        f'Unknown --tpu {tpu}; one of {", ".join(TPUS)}, {CHIP}.')
   files = tuple(f if os.sep in f else os.path.join('tests', 'pallas', f)
                 for f in files)
   missing = [f for f in files if not os.path.isfile(os.path.join(jax_repo, f))]
@@ -260,15 +264,23 @@ def run(jax_repo: str, python: str, tpu: str = 'v6e',
   if not found:
     raise errors.EnvironmentProblem(f'No Python {python} to run the tests.')
   python = os.path.abspath(found)
-  kind, cores = TPUS[tpu]
   work = tempfile.mkdtemp(prefix='jax-fork-coverage-')
   try:
     shutil.copy(os.path.join(os.path.dirname(__file__), 'coverage_plugin.py'),
                 os.path.join(work, _PLUGIN + '.py'))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join((jax_repo, work)),
-               JAX_FORK_COVERAGE_TPU=f'{kind},{cores}',
+    # The checkout's jax first; a PYTHONPATH already set stays after it (on
+    # a TPU machine it may name where jaxlib and libtpu are).
+    path = [jax_repo, work] + [p for p in os.environ.get(
+        'PYTHONPATH', '').split(os.pathsep) if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path),
                JAX_FORK_COVERAGE_TIMEOUT=f'{timeout:g}',
-               JAX_NUM_CPU_DEVICES=str(devices), PYTHONDONTWRITEBYTECODE='1')
+               PYTHONDONTWRITEBYTECODE='1')
+    if tpu == CHIP:
+      env['JAX_FORK_COVERAGE_TPU'] = CHIP
+    else:
+      kind, cores = TPUS[tpu]
+      env.update(JAX_FORK_COVERAGE_TPU=f'{kind},{cores}',
+                 JAX_NUM_CPU_DEVICES=str(devices))
     args = ['-k', keyword] if keyword else []
     outcomes = []
     for path in files:
@@ -339,10 +351,87 @@ def to_json(outcomes: list[Outcome], **info) -> dict:
           'tests': [dataclasses.asdict(o) for o in outcomes]}
 
 
+def against(outcomes: list[Outcome], chip: dict) -> list[dict]:
+  """The tests that passed on a TPU and not here, per file.
+
+  Args:
+    outcomes: this run's outcomes (in TPU interpret mode).
+    chip: the JSON report of a run with ``--tpu chip`` (``to_json``) of the
+      same test files, on a TPU.
+
+  Returns:
+    Per file of ``chip`` with a test that passed there: ``file`` (its base
+    name), ``passed_on_chip``, ``passed`` (of those, here), ``not_run``
+    (those this run did not reach: another ``-k`` or files) and ``tests``:
+    ``{test, status, cause}`` of each that ran here and did not pass.
+  """
+  # A test is its file's base name and its id within the file (pytest's
+  # node ids begin with the file's path from wherever pytest's root was).
+  def key(file, test):
+    return os.path.basename(file), test.partition('::')[2]
+
+  here = {key(o.file, o.test): o for o in outcomes}
+  rows = {}
+  for t in chip['tests']:
+    if t['status'] != 'passed':
+      continue
+    name = os.path.basename(t['file'])
+    row = rows.setdefault(name, {'file': name, 'passed_on_chip': 0,
+                                 'passed': 0, 'not_run': 0, 'tests': []})
+    row['passed_on_chip'] += 1
+    o = here.get(key(t['file'], t['test']))
+    if o is None:
+      row['not_run'] += 1
+    elif o.status == 'passed':
+      row['passed'] += 1
+    else:
+      row['tests'].append({'test': o.test, 'status': o.status,
+                           'cause': o.cause})
+  return list(rows.values())
+
+
+def against_text(rows: list[dict], chip: dict) -> str:
+  """``against``'s rows as text: a line per file, then its tests."""
+  lines = [f'Against the TPU run of {chip.get("device_kind") or "a TPU"} '
+           f'(jax {chip.get("jax_version") or "?"}): of the tests that '
+           'passed there,']
+  for row in rows:
+    lines.append(f'{row["file"]}: {row["passed"]} of '
+                 f'{row["passed_on_chip"]} pass here'
+                 + (f' ({row["not_run"]} not run here)' if row['not_run']
+                    else ''))
+    lines += [f'  {t["status"]}: {t["test"]}: {t["cause"]}'
+              for t in row['tests']]
+  return '\n'.join(lines)
+
+
+def device_info(python: str, jax_repo: str) -> dict:
+  """The jax version and first device's kind that ``python`` sees with the
+  checkout ``jax_repo`` first on its path (for the report of a chip run)."""
+  path = [jax_repo] + [p for p in os.environ.get('PYTHONPATH', '').split(
+      os.pathsep) if p]
+  out = subprocess.run(
+      [python, '-c', 'import jax; print(jax.__version__); '
+       'print(jax.devices()[0].device_kind)'],
+      capture_output=True, text=True, check=False,
+      env=dict(os.environ, PYTHONPATH=os.pathsep.join(path)))
+  lines = out.stdout.split('\n')
+  if out.returncode or len(lines) < 2:
+    raise errors.EnvironmentProblem(
+        f'{python} could not import jax from {jax_repo}: '
+        f'{out.stderr.strip()[-1000:]}')
+  return {'jax_version': lines[0], 'device_kind': lines[1]}
+
+
 def jax_commit(jax_repo: str) -> str | None:
   """The checkout's HEAD commit, ``+modified`` appended if tracked files
   differ from it (a stack applied with ``git apply``), or None if it is not
-  a git repository."""
+  the top of a git repository (a copy of a tag's files inside another
+  repository has no commit of its own)."""
+  top = subprocess.run(['git', '-C', jax_repo, 'rev-parse', '--show-toplevel'],
+                       capture_output=True, text=True, check=False)
+  if top.returncode or not os.path.samefile(top.stdout.strip(), jax_repo):
+    return None  # Not a repository, or a folder inside another one.
   head = subprocess.run(['git', '-C', jax_repo, 'rev-parse', 'HEAD'],
                         capture_output=True, text=True, check=False)
   if head.returncode:

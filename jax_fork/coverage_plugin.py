@@ -27,14 +27,19 @@ run as they are, never edited. From the outside it
   frames in its traceback and the test method's source (what
   ``jax_fork.coverage`` classifies).
 
+With ``JAX_FORK_COVERAGE_TPU=chip`` it does neither of the first two: the
+tests run on the machine's own TPU, compiled by Mosaic, with the same
+timeouts and records (what interpret mode is compared with).
+
 Environment: ``JAX_FORK_COVERAGE_TPU`` is ``DEVICE_KIND,NUM_CORES`` (e.g.
-``TPU v6 lite,1``); ``JAX_FORK_COVERAGE_EXCLUDE`` optionally names a file
-of node ids (one a line) to deselect, the tests an earlier, killed run of
-the same file already reached.
+``TPU v6 lite,1``) or ``chip``; ``JAX_FORK_COVERAGE_EXCLUDE`` optionally
+names a file of node ids (one a line) to deselect, the tests an earlier,
+killed run of the same file already reached.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
@@ -45,6 +50,7 @@ import pytest
 
 _LOG = os.environ.get('JAX_FORK_COVERAGE_LOG')
 _TIMEOUT = float(os.environ.get('JAX_FORK_COVERAGE_TIMEOUT', '0'))
+_ON_CHIP = os.environ.get('JAX_FORK_COVERAGE_TPU') == 'chip'
 
 
 class TimedOut(Exception):
@@ -90,7 +96,10 @@ def _see_tpu(kind: str, cores: int) -> None:
   """Makes jax's test utilities and TPU queries answer the chosen TPU."""
   import jax  # pylint: disable=g-import-not-at-top
   from jax._src import test_util as jtu  # pylint: disable=g-import-not-at-top
-  from jax._src import tpu_info  # pylint: disable=g-import-not-at-top
+  try:
+    from jax._src import tpu_info  # pylint: disable=g-import-not-at-top
+  except ImportError:  # jax 0.10 and older.
+    from jax._src.pallas.mosaic import tpu_info  # pylint: disable=g-import-not-at-top
 
   jax.config.update('jax_test_dut', 'tpu')
   # Upstream's own code, reading the device kind from a bridge whose devices
@@ -158,6 +167,8 @@ def _see_tpu_cores_in_meshes(cores: int) -> None:
 
 def pytest_configure(config):
   del config  # Unused.
+  if _ON_CHIP:
+    return
   kind, _, cores = os.environ['JAX_FORK_COVERAGE_TPU'].rpartition(',')
   _see_tpu(kind, int(cores))
 
@@ -194,14 +205,16 @@ def pytest_runtest_call(item):
   signal.setitimer(signal.ITIMER_REAL, _TIMEOUT)
   timed_out = False
   try:
-    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+    with (contextlib.nullcontext() if _ON_CHIP else
+          pltpu.force_tpu_interpret_mode(pltpu.InterpretParams())):
       outcome = yield
     timed_out = (outcome.excinfo is not None
                  and isinstance(outcome.excinfo[1], TimedOut))
   finally:
     signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGALRM, previous)
-  _forget_failures(wait=not timed_out)
+  if not _ON_CHIP:
+    _forget_failures(wait=not timed_out)
 
 
 def _forget_failures(wait: bool) -> None:

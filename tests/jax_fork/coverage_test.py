@@ -17,6 +17,7 @@ import tempfile
 import textwrap
 
 from absl.testing import absltest
+import jax
 
 from jax_fork import coverage
 from migration import manifest as manifest_lib
@@ -168,6 +169,29 @@ _OTHER_FILE = textwrap.dedent('''\
 ''')
 
 
+_CHIP_FILE = textwrap.dedent('''\
+    import unittest
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+
+    class ChipTest(unittest.TestCase):
+
+      def test_not_interpreted(self):
+        # What the machine has (here a CPU), not a simulated TPU, and a
+        # pallas_call compiled for it, not interpreted.
+        self.assertEqual(jax.devices()[0].device_kind, 'cpu')
+        def add_one(x_ref, o_ref):
+          o_ref[...] = x_ref[...] + 1
+        with self.assertRaisesRegex(Exception, 'interpret'):
+          pl.pallas_call(
+              add_one, out_shape=jax.ShapeDtypeStruct((8,), jnp.float32),
+          )(jnp.zeros((8,), jnp.float32))
+''')
+
+
 class CoverageTest(absltest.TestCase):
 
   @classmethod
@@ -183,7 +207,8 @@ class CoverageTest(absltest.TestCase):
     cls.addClassCleanup(shutil.rmtree, cls.repo)
     os.makedirs(os.path.join(cls.repo, 'tests', 'pallas'))
     for name, text in (('tpu_fake_test.py', _MAIN_FILE),
-                       ('tpu_other_test.py', _OTHER_FILE)):
+                       ('tpu_other_test.py', _OTHER_FILE),
+                       ('tpu_chip_test.py', _CHIP_FILE)):
       with open(os.path.join(cls.repo, 'tests', 'pallas', name), 'w',
                 encoding='utf-8') as f:
         f.write(text)
@@ -266,6 +291,54 @@ class CoverageTest(absltest.TestCase):
         'status': 'passed', 'cause': '', 'seconds': report['tests'][0][
             'seconds']}])
 
+  def test_on_the_chip(self):
+    # --tpu chip runs the tests on the machine's own device (here the CPU),
+    # neither simulating a TPU nor interpreting, and says which it was.
+    outcomes = coverage.run(self.repo, sys.executable, coverage.CHIP,
+                            ('tpu_chip_test.py',), timeout=60)
+    self.assertEqual([(o.test.rpartition('::')[2], o.status, o.cause)
+                      for o in outcomes],
+                     [('test_not_interpreted', 'passed', '')])
+    info = coverage.device_info(sys.executable, self.repo)
+    self.assertEqual(info, {'jax_version': jax.__version__,
+                            'device_kind': 'cpu'})
+
+  def test_against_a_chip_run(self):
+    other = 'tests/pallas/tpu_other_test.py'
+    chip = {'device_kind': 'TPU v5 lite', 'jax_version': '0.10.2', 'tests': [
+        # Node ids from a run whose pytest root was above the checkout.
+        {'file': other, 'test': f'jax/{other}::OtherTest::test_passes',
+         'status': 'passed'},
+        {'file': other, 'test': f'{other}::OtherTest::test_not_here',
+         'status': 'passed'},
+        {'file': other, 'test': f'{other}::OtherTest::test_failed_there',
+         'status': 'failed'}]}
+    path = os.path.join(self.repo, 'chip.json')
+    with open(path, 'w', encoding='utf-8') as f:
+      json.dump(chip, f)
+    proc = subprocess.run(
+        [sys.executable, '-m', 'jax_fork', 'coverage', '--json',
+         f'--jax-repo={self.repo}', '--files=tpu_other_test.py',
+         f'--against={path}'],
+        cwd=_ROOT, env=dict(os.environ, PYTHONPATH=_ROOT),
+        capture_output=True, text=True, check=False)
+    self.assertEqual(proc.returncode, 0, proc.stderr)
+    self.assertEqual(json.loads(proc.stdout)['against'], [
+        {'file': 'tpu_other_test.py', 'passed_on_chip': 2, 'passed': 1,
+         'not_run': 1, 'tests': []}])
+    # Tests that passed on the chip and fail here are listed with why.
+    failing = [coverage.Outcome(f'{other}', f'{other}::OtherTest::'
+                                'test_passes', 'failed', 'E: x')]
+    rows = coverage.against(failing, chip)
+    self.assertEqual(rows[0]['tests'], [
+        {'test': f'{other}::OtherTest::test_passes', 'status': 'failed',
+         'cause': 'E: x'}])
+    self.assertEqual(coverage.against_text(rows, chip).splitlines(), [
+        'Against the TPU run of TPU v5 lite (jax 0.10.2): of the tests that '
+        'passed there,',
+        'tpu_other_test.py: 0 of 2 pass here (1 not run here)',
+        f'  failed: {other}::OtherTest::test_passes: E: x'])
+
   def test_jax_commit_says_modified(self):
     repo = tempfile.mkdtemp(prefix='coverage-git-')
     self.addCleanup(shutil.rmtree, repo)
@@ -281,6 +354,9 @@ class CoverageTest(absltest.TestCase):
     with open(path, 'w', encoding='utf-8') as f:
       f.write('x = 2\n')
     self.assertEqual(coverage.jax_commit(repo), head + '+modified')
+    # A folder inside the repository is not a checkout of its own.
+    os.makedirs(os.path.join(repo, 'jax-0.10.2'))
+    self.assertIsNone(coverage.jax_commit(os.path.join(repo, 'jax-0.10.2')))
 
   def test_usage_and_environment_errors(self):
     for args, message in (
@@ -288,6 +364,8 @@ class CoverageTest(absltest.TestCase):
         ([f'--jax_repo={self.repo}', '--files=tpu_none_test.py'],
          'No tests/pallas/tpu_none_test.py in the jax checkout'),
         ([f'--jax_repo={self.repo}', '--tpu=v9'], 'value should be one of'),
+        ([f'--jax_repo={self.repo}', '--against=/nonexistent.json'],
+         'is not the --json report of a coverage run'),
         ([f'--jax_repo={self.repo}', '--files=tpu_other_test.py',
           '--test_python=/nonexistent/python'],
          'No Python /nonexistent/python to run the tests.')):
