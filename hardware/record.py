@@ -452,7 +452,7 @@ PIPELINE_CASES = {
     'add_one': ((4,), (8, 128), (32, 128), lambda i: (i, 0),
                 lambda x_ref, o_ref: o_ref.__setitem__(
                     Ellipsis, x_ref[...] + 1)),
-    'transpose_blocks_2d': ((2, 3), (8, 128), (16, 384),
+    'scale_2d_grid': ((2, 3), (8, 128), (16, 384),
                             lambda i, j: (i, j),
                             lambda x_ref, o_ref: o_ref.__setitem__(
                                 Ellipsis, x_ref[...] * 3 - 1)),
@@ -765,7 +765,7 @@ def pack(name, interpret=None):
 
 def masked_inputs(name):
   """A masked case's buffer contents before the load or store, and the
-  values it stores (or, for a load, nothing)."""
+  values a store writes (a load's kernel ignores them)."""
   _, shape, dtype, _ = MASKED_CASES[name]
   n = int(np.prod(shape))
   before = (np.arange(n) % 251 - 125).astype(dtype).reshape(shape)
@@ -797,6 +797,8 @@ def masked(name, interpret=None):
 
 
 def revisit_input(name):
+  """The float32 input of `REVISIT_CASES[name]`: (8 * grid[0],
+  128 * grid[1])."""
   grid, _ = REVISIT_CASES[name]
   n = 8 * grid[0] * 128 * grid[1]
   return ((np.arange(n) * 37 % 1001) - 500).astype(np.float32).reshape(
@@ -823,6 +825,7 @@ def revisit(name, interpret=None):
 
 
 def pipeline_input(name):
+  """The float32 input of `PIPELINE_CASES[name]`, of its HBM arrays' shape."""
   shape = PIPELINE_CASES[name][2]
   return ((np.arange(np.prod(shape)) * 13 % 997) - 400).astype(
       np.float32).reshape(shape)

@@ -182,7 +182,7 @@ def _expected_revisit(name, x):
 
 
 _EXPECTED_PIPELINE = {'add_one': lambda x: x + 1,
-                      'transpose_blocks_2d': lambda x: x * 3 - 1}
+                      'scale_2d_grid': lambda x: x * 3 - 1}
 
 
 class HardwareParityTest(absltest.TestCase):
