@@ -99,6 +99,29 @@ class InterpretPackElementwiseTest(test_util.InterpretTestCase):
                  for x in xs)
     np.testing.assert_array_equal(result, low | (high << np.uint32(16)))
 
+  def test_pack_elementwise_float32_subnormals_as_zeros(self):
+    # A TPU v5e packs a float32 subnormal as a zero of its sign (measured).
+    tiny = np.finfo(np.float32).tiny
+    values = np.array([1e-40, -1e-40, 1.4e-45, -1.4e-45, tiny, -tiny,
+                       tiny / 2, 0.0, -0.0, 1.0, np.inf, np.nan],
+                      np.float32)
+    xs = np.stack([np.resize(values, (8, 128)),
+                   np.resize(values[::-1], (8, 128))])
+
+    def kernel(xs_ref, o_ref):
+      o_ref[...] = pltpu.pack_elementwise(
+          [xs_ref[0], xs_ref[1]], packed_dtype=jnp.bfloat16)
+
+    result = np.asarray(self._run_packing_kernel(
+        kernel, jax.ShapeDtypeStruct((8, 128), jnp.uint32), xs))
+    flushed = np.where(np.abs(xs) < tiny, np.copysign(np.float32(0), xs), xs)
+    low, high = (x.astype(jnp.bfloat16).view(np.uint16).astype(np.uint32)
+                 for x in flushed)
+    np.testing.assert_array_equal(result, low | (high << np.uint32(16)))
+    # The subnormals gave zeros, not bfloat16 subnormals.
+    self.assertEqual(int(result[0, 0]) & 0xFFFF, 0)
+    self.assertEqual(int(result[0, 1]) & 0xFFFF, 0x8000)
+
   @parameterized.product(index=[0, 1, 2, 3], signed=[True, False])
   def test_unpack_elementwise_bytes_of_int32(self, index, signed):
     rng = np.random.default_rng(2)
@@ -153,6 +176,32 @@ class InterpretPackElementwiseTest(test_util.InterpretTestCase):
     result = self._run_packing_kernel(
         kernel, jax.ShapeDtypeStruct((8, 128), jnp.float32), words)
     np.testing.assert_array_equal(result, halves[index].astype(np.float32))
+
+  def test_unpack_elementwise_bfloat16_subnormals_and_nans(self):
+    # A TPU v5e unpacks a bfloat16 subnormal as a zero of its sign and every
+    # NaN as the quiet NaN 0x7FC00000 (measured).
+    halves = np.array([0x0001, 0x807F, 0x0040, 0x8001, 0xFF89, 0x7FB7,
+                       0x7FC0, 0xFFC0, 0x3F80, 0x0080, 0x8080, 0x0000],
+                      np.uint16)
+    low = np.resize(halves, (8, 128)).astype(np.uint32)
+    high = np.resize(halves[::-1], (8, 128)).astype(np.uint32)
+    words = low | (high << np.uint32(16))
+
+    def kernel(x_ref, o_ref):
+      for index in range(2):
+        o_ref[index] = pltpu.unpack_elementwise(
+            x_ref[...], index=index, packed_dtype=jnp.bfloat16,
+            unpacked_dtype=jnp.float32)
+
+    result = np.asarray(self._run_packing_kernel(
+        kernel, jax.ShapeDtypeStruct((2, 8, 128), jnp.float32), words))
+    for index, bits in enumerate((low, high)):
+      widened = (bits << np.uint32(16)).view(np.float32)
+      expected = np.where(
+          np.abs(widened) < np.finfo(np.float32).tiny,
+          np.copysign(np.float32(0), widened), widened).view(np.uint32)
+      expected = np.where(np.isnan(widened), np.uint32(0x7FC00000), expected)
+      np.testing.assert_array_equal(result[index].view(np.uint32), expected)
 
   def test_unpack_elementwise_inverts_pack_elementwise(self):
     rng = np.random.default_rng(4)
