@@ -97,12 +97,15 @@ def normalise(error: str, message: str) -> str:
   """``Type: first line of message``, numbers as N, addresses elided.
 
   For an error raised in a callback (XLA's message holds its traceback),
-  the traceback's last line.
+  the traceback's last line. A source file's path (the interpreter names the
+  kernel's line) keeps only the file's name, so that one cause is one text
+  wherever the checkout is.
   """
   lines = [s.strip() for s in message.splitlines() if s.strip()]
   if _CALLBACK in message:  # An error inside the interpreter's callback.
     error, lines = f'{error} in a callback', lines[-1:]
   line = re.sub(r'\b0x[0-9a-f]+', '<address>', lines[0] if lines else '')
+  line = re.sub(r'(?<![\w.])/(?:[^\s:/]+/)*([^\s:/]+\.py)\b', r'\1', line)
   line = re.sub(r'\d+', 'N', line)
   return f'{error}: {line[:100]}' if line else error
 

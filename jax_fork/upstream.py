@@ -174,6 +174,9 @@ _HOST_DMA = 'tpu_pallas_interpret_host_dma_test.py'
 _REVISIT_ANY = 'tpu_pallas_interpret_revisit_test.py'
 _DMA_SEMAPHORE_COUNT = 'tpu_pallas_interpret_dma_semaphore_count_test.py'
 _MATMUL_PRECISION = 'tpu_pallas_interpret_matmul_precision_test.py'
+_ERROR_LOCATION = 'tpu_pallas_interpret_error_location_test.py'
+_DMA_RACE = 'tpu_pallas_interpret_dma_race_test.py'
+_NONZERO_SEMAPHORE = 'tpu_pallas_interpret_nonzero_semaphore_test.py'
 
 
 def _tests(file: str, name: str,
@@ -398,6 +401,18 @@ CHANGES = (
     Change(
         prefix='0047',
         tests=_tests(_MATMUL_PRECISION, 'InterpretMatmulPrecisionTest'),
+    ),
+    Change(
+        prefix='0048',
+        tests=_tests(_ERROR_LOCATION, 'InterpretErrorLocationTest'),
+    ),
+    Change(
+        prefix='0049',
+        tests=_tests(_DMA_RACE, 'InterpretDmaRaceTest'),
+    ),
+    Change(
+        prefix='0050',
+        tests=_tests(_NONZERO_SEMAPHORE, 'InterpretNonzeroSemaphoreTest'),
     ),
     Change(
         prefix=None,

@@ -225,8 +225,8 @@ class CoverageTest(absltest.TestCase):
         'test_b_interpreted': ('passed', ''),
         'test_ba_kernel_fails': (
             'failed', 'JaxRuntimeError in a callback: IndexError: '
-            'Out-of-bounds read of (N N vmem N): reading [(slice(N, N, N), '
-            'slice(N, N, N))] but buffe'),
+            'Out-of-bounds read of x_ref (vmem buffer N of device N, core N) '
+            'at tpu_fake_test.py:N:N '),
         'test_bb_after_a_failed_kernel': ('passed', ''),
         'test_bc_returns_before_its_kernel_ends': ('passed', ''),
         'test_bd_after_an_unawaited_kernel': ('passed', ''),

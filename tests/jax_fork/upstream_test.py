@@ -126,6 +126,15 @@ pytype_strict_library(
 )
 
 pytype_strict_library(
+    name = "race_detection_state",
+    srcs = ["race_detection_state.py"],
+    deps = [
+        ":vector_clock",
+        "//jax/_src:source_info_util",
+    ],
+)
+
+pytype_strict_library(
     name = "thread_map",
     srcs = ["thread_map.py"],
     deps = [
@@ -450,7 +459,7 @@ class UpstreamExportTest(absltest.TestCase):
     own = [c for c in upstream.CHANGES if c.prefix is not None]
     self.assertEqual([p.name[:4] for p in to_export],
                      [c.prefix for c in own])
-    self.assertLen(to_export, 47)
+    self.assertLen(to_export, 50)
     for patch, written in zip(to_export, patches):
       self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
       self.assertTrue(os.path.exists(written[:-len('.patch')] + '.md'))
@@ -795,7 +804,12 @@ class UpstreamExportTest(absltest.TestCase):
             '        ":utils",\n        "//jax",\n'
             '        "//jax/_src/pallas/mosaic:tpu_info",\n'
             '    ] + py_deps("numpy"),\n)\n\n'
-            'pytype_strict_library(\n    name = "interpret_pallas_call",'),
+            'pytype_strict_library(\n    name = "interpret_pallas_call",'
+            ).replace(
+            # 0048's race reports format ranges with `utils.format_range`.
+            '        ":vector_clock",\n        "//jax/_src:source_info_util",\n',
+            '        ":utils",\n        ":vector_clock",\n'
+            '        "//jax/_src:source_info_util",\n'),
         'tests/pallas/BUILD': tests.replace(
             '    deps = [\n        "//jax/experimental:pallas",\n'
             '        "//jax/experimental:pallas_tpu",\n    ] + py_deps([\n'

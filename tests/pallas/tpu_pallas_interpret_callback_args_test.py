@@ -164,5 +164,34 @@ class InterpretCallbackArgsTest(test_util.InterpretTestCase):
     self.assertEqual(record['arg_types'], {np.ndarray})
 
 
+  def test_failed_callback_logs_the_kernels_source_line(self):
+    # As `io_callback` does, a callback that raises is logged with its
+    # traceback, which names the kernel's line: XLA's error keeps only the
+    # exception's message.
+    def kernel(start_ref, x_ref, o_ref):
+      o_ref[...] = x_ref[pl.ds(start_ref[0], 8), :]  # Out of bounds.
+
+    line = kernel.__code__.co_firstlineno + 1
+    call = pl.pallas_call(
+        kernel,
+        in_specs=[
+            pl.BlockSpec(memory_space=pltpu.SMEM),
+            pl.BlockSpec(memory_space=pltpu.VMEM),
+        ],
+        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        interpret=test_util.interpret_params(),
+    )
+    x = jnp.ones((16, 128), jnp.float32)
+    with (
+        self.assertLogs('jax._src.callback', level='ERROR') as logs,
+        self.assertRaisesRegex(Exception, 'Out-of-bounds read'),
+    ):
+      jax.block_until_ready(call(jnp.array([12], jnp.int32), x))
+    self.assertIn(
+        f'{__file__}", line {line}, in kernel', '\n'.join(logs.output)
+    )
+
+
 if __name__ == '__main__':
   absltest.main(testLoader=jtu.JaxTestLoader())
