@@ -168,26 +168,25 @@ class InterpretCallbackArgsTest(test_util.InterpretTestCase):
     # As `io_callback` does, a callback that raises is logged with its
     # traceback, which names the kernel's line: XLA's error keeps only the
     # exception's message.
-    def kernel(start_ref, x_ref, o_ref):
-      o_ref[...] = x_ref[pl.ds(start_ref[0], 8), :]  # Out of bounds.
+    def kernel(x_ref, o_ref):
+      # Rows 12 to 19 of 16 in the second step: out of bounds.
+      o_ref[...] = x_ref[pl.ds(pl.program_id(0) * 12, 8), :]
 
-    line = kernel.__code__.co_firstlineno + 1
+    line = kernel.__code__.co_firstlineno + 2
     call = pl.pallas_call(
         kernel,
-        in_specs=[
-            pl.BlockSpec(memory_space=pltpu.SMEM),
-            pl.BlockSpec(memory_space=pltpu.VMEM),
-        ],
-        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        grid=(2,),
+        in_specs=[pl.BlockSpec((16, 128), lambda i: (0, 0))],
+        out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)),
         out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
         interpret=test_util.interpret_params(),
     )
-    x = jnp.ones((16, 128), jnp.float32)
     with (
         self.assertLogs('jax._src.callback', level='ERROR') as logs,
         self.assertRaisesRegex(Exception, 'Out-of-bounds read'),
     ):
-      jax.block_until_ready(call(jnp.array([12], jnp.int32), x))
+      jax.block_until_ready(call(jnp.ones((16, 128), jnp.float32)))
+    test_util.reset_after_failure()
     self.assertIn(
         f'{__file__}", line {line}, in kernel', '\n'.join(logs.output)
     )
