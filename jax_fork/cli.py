@@ -26,7 +26,8 @@ Commands:
   port      Serve --version V (a new jax release; its wheel may be in
             --wheel_dir): the nearest series exactly, else rebased with a
             3-way merge into patches/jax-V/; regenerates the manifest and
-            README.md's table; exit 4 and nothing written on a conflict.
+            the table in docs/compatibility.md; exit 4 and nothing written
+            on a conflict.
   manifest  Regenerate patches/manifest.json from the series files and the
             released jax wheels (downloaded with pip into
             ~/.cache/jax-interpret-patches/wheels).
@@ -120,7 +121,7 @@ _SHARED_FLAGS = {
                'one.',
     'all': 'fork, refresh: every series, one branch each.',
     'readme': 'port: the Markdown file with the compatibility table '
-              '(default: README.md beside patches/).',
+              '(default: docs/compatibility.md beside patches/).',
     'output_dir': 'export-upstream: the directory for the patches; without '
                   '-o, dist/upstream, not the default shown here (-o).',
 }

@@ -14,10 +14,10 @@ files (pip's wheel, or one in ``--wheel_dir``):
    ``patches/jax-V/`` whose ``series`` file says what was rebased.
 
 Either way the manifest is regenerated (every series against every release
-it serves) and the README's compatibility table rewritten, all in a staged
-copy that replaces the real files only when everything succeeded. On a
-conflict nothing is written and the error names the patch, file, line and
-hunk.
+it serves) and the compatibility table in docs/compatibility.md rewritten,
+all in a staged copy that replaces the real files only when everything
+succeeded. On a conflict nothing is written and the error names the patch,
+file, line and hunk.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class PortResult:
     new_series: whether ``series`` was written.
     fits: per patch of ``source_series``, how it fit V's files before the
       3-way merge (``check.Fit`` values).
-    readme: the README whose table was rewritten, or ''.
+    readme: the Markdown file whose table was rewritten, or ''.
     python: V's ``Requires-Python``.
     todo: what a maintainer must still do, one command or step per item.
   """
@@ -152,7 +152,8 @@ def port(manifest: manifest_lib.Manifest, version: str,
     wheel_dirs: directories searched for wheels before the cache (a wheel
       of a release not yet on the index goes here).
     readme: the Markdown file holding the compatibility table; default
-      ``README.md`` beside the patches folder, if there is one.
+      ``docs/compatibility.md`` beside the patches folder, if there is
+      one.
 
   Returns:
     What was done, and what a maintainer must still do.
@@ -177,7 +178,7 @@ def port(manifest: manifest_lib.Manifest, version: str,
   patches_dir = manifest.patches_dir
   repo = os.path.dirname(patches_dir)
   if readme is None:
-    candidate = os.path.join(repo, 'README.md')
+    candidate = os.path.join(repo, compat.DEFAULT_DOC)
     readme = candidate if os.path.isfile(candidate) else ''
   name = f'jax-{version}'
   with tempfile.TemporaryDirectory(prefix='jax-interpret-port-') as tmp:
@@ -241,7 +242,7 @@ def port(manifest: manifest_lib.Manifest, version: str,
   todo.append('Check the drift between series (CI runs it): python -m '
               'jax_fork drift')
   todo.append('Add the release to RELEASE_NOTES.md; commit patches/ and '
-              'README.md')
+              f'{compat.DEFAULT_DOC}')
   return PortResult(version, nearest, source.name, series_name, not exact,
                     tuple((f.name, str(f.fit)) for f in fits),
                     readme or '', python, tuple(todo))

@@ -18,8 +18,9 @@ Commands:
             with offsets, is already upstream, or conflicts (which hunk,
             what it expected), on the released files of the installed jax,
             or of --version V (repeatable), or of every served version
-            (--all: details of conflicts only). --readme=README.md (with
-            --all) rewrites the README's table.
+            (--all: details of conflicts only). --readme=FILE (with --all)
+            rewrites the table in FILE (this repository's is
+            docs/compatibility.md).
   apply     Apply the series (or its remaining patches), all-or-nothing;
             patches already upstream are skipped. Already patched: nothing
             to do. --dry_run: report only. --force: set locally modified
@@ -152,7 +153,7 @@ _ALL = flags.DEFINE_bool(
 _README = flags.DEFINE_string(
     'readme', None,
     'check --all: rewrite the compatibility table between its marker lines '
-    'in this Markdown file (README.md).')
+    'in this Markdown file (this repository\'s: docs/compatibility.md).')
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', 'dist',
     'wheel: the directory for the wheel (-o).')

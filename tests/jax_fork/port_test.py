@@ -111,8 +111,11 @@ class PortTest(absltest.TestCase):
     self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
     self.patches = os.path.join(self.tmp, 'patches')
     shutil.copytree(PATCHES, self.patches)
-    self.readme = os.path.join(self.tmp, 'README.md')
-    shutil.copyfile(os.path.join(REPO, 'README.md'), self.readme)
+    # port's default: docs/compatibility.md beside the patches folder.
+    self.readme = os.path.join(self.tmp, 'docs', 'compatibility.md')
+    os.makedirs(os.path.dirname(self.readme))
+    shutil.copyfile(os.path.join(REPO, 'docs', 'compatibility.md'),
+                    self.readme)
 
   def run_tool(self, *args, expect=0):
     # check is python -m migration's command; the others python -m jax_fork's.

@@ -1,4 +1,4 @@
-"""Tests of the compatibility table and of the README's copy of it."""
+"""Tests of the compatibility table and of docs/compatibility.md's copy."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from migration import report  # noqa: E402
 from migration import wheels  # noqa: E402
 
 PATCHES = os.path.join(REPO, 'patches')
-README = os.path.join(REPO, 'README.md')
+TABLE_DOC = os.path.join(REPO, 'docs', 'compatibility.md')
 VERSION = os.environ.get('JAX_INTERPRET_PATCHES_TEST_VERSION', '0.12.0.1')
 
 
@@ -32,22 +32,24 @@ class CompatTest(absltest.TestCase):
     super().setUpClass()
     cls.manifest = manifest_lib.load(PATCHES)
 
-  def test_readme_table_is_current(self):
+  def test_table_doc_is_current(self):
     # Checks every served release against its released wheel, as
-    # `check --all --readme=README.md` does, and compares with the README.
+    # `check --all --readme=docs/compatibility.md` does, and compares with
+    # docs/compatibility.md.
     results = check.check_versions(self.manifest,
                                    self.manifest.served_versions())
     features = compat.features(self.manifest)
     block = compat.markdown(
         features, compat.rows(self.manifest, results, features))
-    with open(README, encoding='utf-8') as f:
-      readme = f.read()
+    with open(TABLE_DOC, encoding='utf-8') as f:
+      doc = f.read()
+    self.assertIn(compat.BEGIN, doc)
     self.assertEqual(
-        compat.replace_block(readme, block), readme,
-        'README.md\'s compatibility table is stale; regenerate it with '
-        'python -m migration check --all --readme=README.md')
+        compat.replace_block(doc, block), doc,
+        'docs/compatibility.md\'s table is stale; regenerate it with '
+        'python -m migration check --all --readme=docs/compatibility.md')
     for version in self.manifest.served_versions():
-      self.assertIn(f'| {version} |', readme)
+      self.assertIn(f'| {version} |', doc)
 
   def test_rows_name_requirements_and_missing_patches(self):
     series = self.manifest.series_for(VERSION)
@@ -124,11 +126,15 @@ class CompatTest(absltest.TestCase):
                      f'intro\n{block}\nrest\n')
     with self.assertRaisesRegex(errors.UsageError, 'no compatibility table'):
       compat.replace_block('no markers here', block)
+    # A file with the first marker as it was in README.md is rewritten too.
+    legacy = f'intro\n{compat.LEGACY_BEGIN}\nold\n{compat.END}\nrest\n'
+    self.assertEqual(compat.replace_block(legacy, block),
+                     f'intro\n{block}\nrest\n')
 
   def test_cli_readme_needs_all(self):
     proc = subprocess.run(
         [sys.executable, '-m', 'migration', 'check', f'--version={VERSION}',
-         '--readme=README.md'],
+         '--readme=docs/compatibility.md'],
         env=dict(os.environ, PYTHONPATH=REPO), cwd=REPO,
         capture_output=True, text=True, check=False)
     self.assertEqual(proc.returncode, 2, proc.stderr)
