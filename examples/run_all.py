@@ -1,334 +1,172 @@
 # Copyright 2026 The JAX Authors.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     https://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# SPDX-License-Identifier: Apache-2.0
+"""Runs the examples in this directory with this Python; summarizes them.
 
-"""Runs every example in this directory and summarizes the results.
+Usage: python examples/run_all.py [--timeout SECONDS] [--jobs N] [NAME ...]
 
-Each example runs in its own process, because each sets its own number of
-simulated CPU devices before jax starts its backend: this script imports jax
-and `_report` once (about 3 s of CPU), then forks one child per example
-before it starts any thread or backend, and each child runs its example as
-`__main__`. By default all of them run at once: each keeps about one CPU
-busy, so on two CPUs three examples end sooner together than two at a time
-(`--jobs N` runs at most N at once). Their output is streamed as it comes,
-each line prefixed with the example's name. An example fails if it exits
-non-zero (a mismatch or an error) or runs longer than the timeout (it is
-then killed), so a kernel that hangs fails instead of hanging the run.
-
-The run ends with a summary: per example the feature it shows (its `FEATURE`
-constant), `ok`, `MISMATCH` (a result differs from its independently computed
-value), `skipped` (this jax cannot run it; it printed why), `ERROR` (it failed
-otherwise) or `TIMEOUT`, and its wall time; then the total wall time.
-
-Usage::
-
-  python examples/run_all.py [--timeout SECONDS] [--jobs N] [NAME ...]
-
-Exits 0 if every example matched or was skipped, 1 otherwise.
+Each example runs in its own process, several at once. It is `ok` if it
+exits 0, `MISMATCH` if it exits non-zero after printing MISMATCH as its last
+line (a result differs from its independent check), `FAILED` otherwise (an
+error, or still running after the timeout). It is `skipped`, with the
+reason, if the patch series that patches/manifest.json serves for this jax
+lacks a patch it needs, or if this jax lacks the public API it uses (NEEDS
+below). Exits 0 if every example was ok or skipped.
 """
-
 import argparse
-import ast
-import dataclasses
+import concurrent.futures
+import importlib.metadata
+import json
+import multiprocessing
 import os
 import pathlib
+import re
 import runpy
-import signal
 import sys
-import threading
+import tempfile
 import time
 import traceback
 
-EXAMPLES_DIR = pathlib.Path(__file__).resolve().parent
-DEFAULT_TIMEOUT_S = 300.0
-# The exit code of an example whose results differ from the expected values
-# (`_report.MISMATCH_EXIT_CODE`, read once `_report` is imported).
-MISMATCH_EXIT_CODE = 3
-# The exit code of an example that this jax cannot run
-# (`_report.SKIPPED_EXIT_CODE`).
-SKIPPED_EXIT_CODE = 4
-# The first line a child writes once it holds a job slot and starts.
-_STARTED = '\0started'
-_POLL_S = 0.05
+HERE = pathlib.Path(__file__).resolve().parent
+# Each example runs in a process of its own (each sets up its own simulated
+# devices), forked from one that has imported jax but not started it: that
+# saves each example the 2 s of importing jax.
+_FORKS = multiprocessing.get_context('forkserver')
+_FORKS.set_forkserver_preload(['jax', 'jax.experimental.pallas.tpu'])
+MANIFEST = HERE.parent / 'patches' / 'manifest.json'
+
+# Per example: the patches it needs, by a part of their subject in the
+# manifest, and the public API it uses that older jax lacks, if any.
+_WAIT = 'allow non-decrementing semaphore waits'
+_READ = 'support `pl.semaphore_read`'
+_SCOPE = 'allow `run_scoped` with `collective_axes`'
+_DEVICE_KIND = 'add `InterpretParams.device_kind`'
+_MESH = ((0, 11), 'pltpu.TensorCoreMesh')
+_NONE = ((), '')
+NEEDS = {
+    'collective_scope_cores': ([_WAIT, _READ, _SCOPE], _MESH),
+    'collective_scope_shard_map': ([_SCOPE], _MESH),
+    'deadlock_detection': (['detect deadlocks'], _NONE),
+    'emit_pipeline_device_kind': (
+        [_DEVICE_KIND, 'run the `emit_pipeline` primitive'], _NONE),
+    'nondecrementing_wait': ([_WAIT, _READ], _MESH),
+    'prng_dropout': (['implement `pltpu.prng_seed`'], _NONE),
+    'race_detection': ([], ((0, 12), 'InterpretParams(on_race=...)')),
+    'ref_views_dma': (['support `ref.reshape` and `ref.bitcast`'], _NONE),
+    'ring_all_gather': ([_WAIT, _READ], _NONE),
+    'sparsecore_gather': (
+        ['run every subcore of a SparseCore mesh', _DEVICE_KIND], _NONE),
+    'stochastic_round': (['run `pltpu.stochastic_round`'], _NONE),
+}
 
 
-@dataclasses.dataclass(frozen=True)
-class Result:
-  """How one example ended.
-
-  Attributes:
-    name: The example's module name.
-    feature: What it shows (its `FEATURE` constant).
-    status: 'ok', 'MISMATCH', 'skipped', 'ERROR (exit code N)' or
-      'TIMEOUT (N s)'.
-    seconds: Wall time from its start to its end.
-  """
-  name: str
-  feature: str
-  status: str
-  seconds: float
-
-  @property
-  def ok(self) -> bool:
-    return self.status == 'ok'
+def examples() -> list[str]:
+  return sorted(p.stem for p in HERE.glob('*.py') if p.name != 'run_all.py')
 
 
-def find_examples() -> list[pathlib.Path]:
-  """Returns the example modules, excluding this file and `_`-prefixed ones."""
-  this = pathlib.Path(__file__).resolve()
-  return sorted(
-      p for p in EXAMPLES_DIR.glob('*.py')
-      if p.resolve() != this and not p.name.startswith('_')
-  )
+def skip_reasons() -> dict[str, str]:
+  """Returns why this jax cannot run an example, for those it cannot run."""
+  version = importlib.metadata.version('jax').split('+')[0]
+  release = tuple(int(n) for n in re.findall(r'\d+', version))
+  subjects = None  # None: a release the manifest does not serve.
+  if MANIFEST.exists():
+    for name, series in json.loads(MANIFEST.read_text())['series'].items():
+      if version in series['versions']:
+        subjects = [p['subject'] for p in series['patches']]
+        break
+  reasons = {}
+  for example, (patches, (oldest, api)) in NEEDS.items():
+    if release < oldest:
+      reasons[example] = (f'uses {api}, new in jax '
+                          f'{".".join(map(str, oldest))} (this is {version})')
+    missing = [p for p in patches
+               if subjects is not None and not any(p in s for s in subjects)]
+    if missing:
+      reasons[example] = (f'the series for jax {version} has no patch to '
+                          + ', '.join(missing))
+  return reasons
 
 
-def feature_of(path: pathlib.Path) -> str:
-  """Returns the example's module-level `FEATURE` string, read without import.
-
-  Args:
-    path: The example's file.
-
-  Returns:
-    The string, or '?' if the module assigns none.
-  """
-  tree = ast.parse(path.read_text(encoding='utf-8'))
-  for node in tree.body:
-    if (isinstance(node, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == 'FEATURE'
-                for t in node.targets)
-        and isinstance(node.value, ast.Constant)):
-      return str(node.value.value)
-  return '?'
-
-
-def _preload() -> None:
-  """Imports what every example imports, once, before the children fork."""
-  global MISMATCH_EXIT_CODE, SKIPPED_EXIT_CODE
-  sys.path.insert(0, str(EXAMPLES_DIR))
+def _child(path: str, out: str, err: str) -> None:
+  """Runs the example `path` as `__main__`, its output into `out` and `err`."""
+  for fd, log in ((1, out), (2, err)):
+    os.dup2(os.open(log, os.O_WRONLY), fd)
+  os.chdir(HERE)
+  sys.argv = [path]
   try:
-    import _report  # pylint: disable=g-import-not-at-top
+    runpy.run_path(path, run_name='__main__')
   except Exception:  # pylint: disable=broad-except
-    # Each child then imports, and reports, on its own.
-    traceback.print_exc()
-    return
-  MISMATCH_EXIT_CODE = _report.MISMATCH_EXIT_CODE
-  SKIPPED_EXIT_CODE = _report.SKIPPED_EXIT_CODE
+    traceback.print_exc()  # Without multiprocessing's frames around it.
+    sys.exit(1)
 
 
-def _run_child(path: pathlib.Path, out_fd: int, slots: tuple[int, int]):
-  """In a forked child: waits for a job slot, runs `path` as `__main__`.
-
-  Never returns: exits with the example's exit code (1 on an uncaught
-  error), after giving the slot back.
-
-  Args:
-    path: The example's file.
-    out_fd: Where its stdout and stderr go.
-    slots: The read and write ends of the pipe of job slots (one byte each).
-  """
-  code = 1
-  try:
-    os.dup2(out_fd, 1)
-    os.dup2(out_fd, 2)
-    os.close(out_fd)
-    sys.stdout.reconfigure(line_buffering=True)
-    sys.stderr.reconfigure(line_buffering=True)
-    os.read(slots[0], 1)
-    print(_STARTED, flush=True)
-    os.chdir(EXAMPLES_DIR)
-    sys.argv = [str(path)]
-    try:
-      runpy.run_path(str(path), run_name='__main__')
-      code = 0
-    except SystemExit as e:
-      code = e.code if isinstance(e.code, int) else (0 if e.code is None
-                                                     else 1)
-      if e.code is not None and not isinstance(e.code, int):
-        print(e.code, file=sys.stderr)
-  except BaseException:  # pylint: disable=broad-except
-    traceback.print_exc()
-    code = 1
-  finally:
-    try:
-      sys.stdout.flush()
-      sys.stderr.flush()
-      os.write(slots[1], b'.')
-    finally:
-      os._exit(code)  # pylint: disable=protected-access
-
-
-class _Child:
-  """A forked example: streams its output, waits for it, times it out."""
-
-  def __init__(self, path: pathlib.Path, slots: tuple[int, int]):
-    self.path = path
-    self.slots = slots
-    self.started = threading.Event()
-    self.start = 0.0
-    read_fd, write_fd = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    self.pid = os.fork()
-    if self.pid == 0:
-      os.close(read_fd)
-      _run_child(path, write_fd, slots)
-    os.close(write_fd)
-    self.output = os.fdopen(read_fd, 'r', errors='replace')
-
-  def stream(self) -> None:
-    """Prints the child's output, each line prefixed with its name."""
-    for line in self.output:
-      if line.rstrip('\n') == _STARTED and not self.started.is_set():
-        self.start = time.monotonic()
-        print(f'=== {self.path.stem}: started', flush=True)
-        self.started.set()
-        continue
-      print(f'[{self.path.stem}] {line}', end='', flush=True)
-    self.output.close()
-
-  def wait(self, timeout_s: float) -> Result:
-    """Waits until the child exits, killing it `timeout_s` after its start.
-
-    Args:
-      timeout_s: Seconds the example may run once it has a job slot.
-
-    Returns:
-      How it ended.
-    """
-    reader = threading.Thread(target=self.stream, daemon=True)
-    reader.start()
-    status = None
-    while True:
-      pid, wait_status = os.waitpid(self.pid, os.WNOHANG)
-      if pid:
-        break
-      if (self.started.is_set()
-          and time.monotonic() - self.start > timeout_s):
-        os.kill(self.pid, signal.SIGKILL)
-        os.waitpid(self.pid, 0)
-        os.write(self.slots[1], b'.')  # The slot the child held.
-        status = f'TIMEOUT ({timeout_s:g} s)'
-        break
-      time.sleep(_POLL_S)
-    reader.join(timeout=5)
-    if not self.started.is_set():
-      self.start = time.monotonic()
-    if status is None:
-      returncode = os.waitstatus_to_exitcode(wait_status)
-      if returncode == 0:
-        status = 'ok'
-      elif returncode == MISMATCH_EXIT_CODE:
-        status = 'MISMATCH'
-      elif returncode == SKIPPED_EXIT_CODE:
-        status = 'skipped'
-      else:
-        status = f'ERROR (exit code {returncode})'
-    seconds = time.monotonic() - self.start
-    print(f'=== {self.path.stem}: {status} ({seconds:.1f} s)', flush=True)
-    return Result(self.path.stem, feature_of(self.path), status, seconds)
-
-
-def run_examples(examples: list[pathlib.Path], jobs: int,
-                 timeout_s: float) -> list[Result]:
-  """Runs the examples, at most `jobs` at once; returns how each ended.
-
-  Args:
-    examples: The examples' files.
-    jobs: How many may run at once.
-    timeout_s: Seconds each may run before it is killed and failed.
-
-  Returns:
-    The results, in the order of `examples`.
-  """
-  _preload()
-  slots = os.pipe()
-  os.write(slots[1], b'.' * jobs)
-  # Fork every child before this process starts a thread.
-  children = [_Child(path, slots) for path in examples]
-  results: list[Result | None] = [None] * len(children)
-
-  def wait(i):
-    results[i] = children[i].wait(timeout_s)
-
-  waiters = [threading.Thread(target=wait, args=(i,))
-             for i in range(len(children))]
-  for w in waiters:
-    w.start()
-  for w in waiters:
-    w.join()
-  os.close(slots[0])
-  os.close(slots[1])
-  return results
-
-
-def summary(results: list[Result], seconds: float) -> str:
-  """Returns the closing summary: a line per example, then the totals.
-
-  Args:
-    results: How each example ended, in order.
-    seconds: Wall time of the whole run.
-
-  Returns:
-    Text ending in `examples: N ok, N mismatched, N failed (total S s)`, with
-    `, N skipped` after `failed` if some were skipped.
-  """
-  name_w = max((len(r.name) for r in results), default=0)
-  status_w = max((len(r.status) for r in results), default=0)
-  lines = ['summary (feature shown, result, wall time):']
-  for r in results:
-    lines.append(f'  {r.name:<{name_w}}  {r.status:<{status_w}}  '
-                 f'{r.seconds:5.1f} s  {r.feature}')
-  mismatched = sum(r.status == 'MISMATCH' for r in results)
-  skipped = sum(r.status == 'skipped' for r in results)
-  failed = sum(not r.ok for r in results) - mismatched - skipped
-  skipped_text = f', {skipped} skipped' if skipped else ''
-  lines.append(f'examples: {sum(r.ok for r in results)} ok, {mismatched} '
-               f'mismatched, {failed} failed{skipped_text} (total '
-               f'{seconds:.1f} s)')
-  return '\n'.join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-  """Runs the examples named in `argv` (default: all); returns the exit code."""
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument(
-      '--timeout', type=float, default=DEFAULT_TIMEOUT_S,
-      help='seconds each example may run (default: %(default)s)',
-  )
-  parser.add_argument(
-      '--jobs', type=int, default=None,
-      help='at most this many examples run at once (default: all)',
-  )
-  parser.add_argument(
-      'names', nargs='*', help='examples to run (default: all)'
-  )
-  args = parser.parse_args(argv)
-  if args.jobs is not None and args.jobs < 1:
-    parser.error('--jobs must be at least 1')
-
-  examples = find_examples()
-  if args.names:
-    unknown = set(args.names) - {p.stem for p in examples}
-    if unknown:
-      parser.error(f'unknown examples: {", ".join(sorted(unknown))}')
-    examples = [p for p in examples if p.stem in args.names]
-
+def run(name: str, timeout: float) -> tuple[str, str, float]:
+  """Runs one example; returns its status, its output and its wall time."""
   start = time.monotonic()
-  results = run_examples(examples, args.jobs or max(1, len(examples)),
-                         args.timeout)
-  print(summary(results, time.monotonic() - start), flush=True)
-  return 0 if results and all(
-      r.ok or r.status == 'skipped' for r in results) else 1
+  with tempfile.TemporaryDirectory() as tmp:
+    out, err = os.path.join(tmp, 'out'), os.path.join(tmp, 'err')
+    for log in (out, err):
+      pathlib.Path(log).touch()
+    child = _FORKS.Process(target=_child, args=(str(HERE / f'{name}.py'),
+                                                out, err))
+    child.start()
+    child.join(timeout)
+    timed_out = child.exitcode is None
+    if timed_out:
+      child.kill()
+      child.join()
+    stdout, stderr = (pathlib.Path(log).read_text(errors='replace')
+                      for log in (out, err))
+  lines = stdout.strip().splitlines()
+  if child.exitcode == 0:
+    status = 'ok'
+  elif timed_out:
+    status = f'FAILED (timeout {timeout:g} s)'
+  elif lines and lines[-1] == 'MISMATCH':
+    status = 'MISMATCH'
+  else:
+    status = f'FAILED (exit code {child.exitcode})'
+  return status, stdout + stderr, time.monotonic() - start
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--timeout', type=float, default=300,
+                      help='seconds each example may run (default 300)')
+  parser.add_argument('--jobs', type=int, default=os.cpu_count() or 1,
+                      help='examples run at once (default: the CPUs)')
+  parser.add_argument('names', nargs='*', help='examples (default: all)')
+  args = parser.parse_args()
+  unknown = set(args.names) - set(examples())
+  if unknown:
+    parser.error(f'unknown examples: {", ".join(sorted(unknown))}')
+  names = args.names or examples()
+  reasons = skip_reasons()
+  start = time.monotonic()
+  results = {n: (f'skipped: {reasons[n]}', '', 0.0)
+             for n in names if n in reasons}
+  for name, (status, _, _) in results.items():
+    print(f'=== {name}: {status}', flush=True)
+  with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+    futures = {pool.submit(run, n, args.timeout): n
+               for n in names if n not in reasons}
+    for future in concurrent.futures.as_completed(futures):
+      name = futures[future]
+      status, output, _ = results[name] = future.result()
+      print(f'=== {name}: {status}')
+      print(''.join(f'  {line}\n' for line in output.splitlines()), end='',
+            flush=True)
+  width = max(map(len, names))
+  print('summary:')
+  for name in names:
+    status, _, seconds = results[name]
+    print(f'  {name:<{width}}  {seconds:5.1f} s  {status}')
+  count = {s: sum(r[0].startswith(s) for r in results.values())
+           for s in ('ok', 'MISMATCH', 'FAILED', 'skipped')}
+  skipped = f', {count["skipped"]} skipped' if count['skipped'] else ''
+  print(f'examples: {count["ok"]} ok, {count["MISMATCH"]} mismatched, '
+        f'{count["FAILED"]} failed{skipped} '
+        f'(total {time.monotonic() - start:.1f} s)', flush=True)
+  return 0 if count['ok'] + count['skipped'] == len(names) else 1
 
 
 if __name__ == '__main__':

@@ -11,7 +11,7 @@ kernel:
 - `collective_copy`: `pl.run_scoped(..., collective_axes='core')` allocates
   one VMEM table for all cores; each core copies a quarter of it from HBM
   and signals, all wait (non-decrementing) for the 4 signals, and core 0
-  drains the counts at the end, as in `examples/shared_table_collective.py`.
+  drains the counts at the end, as in `examples/collective_scope_cores.py`.
 
 `computed`: the cores compute the table together (each L2-normalizes a
 quarter of the codebook), so they must share what they computed.

@@ -126,7 +126,7 @@ class WheelTest(absltest.TestCase):
     proc = _run([sys.executable, '-m', 'migration', 'revert',
                  f'--python={python}'], self.root, expect=3, env=self.env)
     self.assertIn('pip install --force-reinstall', proc.stderr)
-    example = os.path.join(REPO, 'examples', 'producer_consumer_event.py')
+    example = os.path.join(REPO, 'examples', 'ring_all_gather.py')
     proc = _run([python, example], os.path.dirname(example), timeout=600)
     self.assertIn('ok', proc.stdout)
     self.assertNotIn('MISMATCH', proc.stdout)
