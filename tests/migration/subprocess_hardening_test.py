@@ -15,6 +15,7 @@ network: pip "downloads" from the folder of the released wheel
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import resource
 import shutil
@@ -181,6 +182,21 @@ class SubprocessHardeningTest(absltest.TestCase):
                   env=env, cwd=os.path.dirname(self.venv.python))
     self.assertEqual(self.hashes(), self.pristine_sha)
     self.assertNoMarkers()
+
+  def test_status_with_a_relative_python(self):
+    # A new user's `status --python venv-wheel/bin/python` (exit 5, "Cannot
+    # run venv-wheel/bin/python ... No such file or directory", when the
+    # path was run as given from the probe's folder, /), and with `..`.
+    for cwd, python in ((self.root, 'venv/bin/python'),
+                        (self.cwd, '../../venv/bin/python')):
+      with self.subTest(python):
+        proc = self.run_tool('status', '--json', f'--python={python}',
+                             python=sys.executable, cwd=cwd)
+        report = json.loads(proc.stdout)
+        self.assertEqual(report['state'], 'pristine')
+        self.assertEqual(report['environment']['jax'], VERSION)
+        self.assertEqual(report['environment']['python_executable'],
+                         self.venv.python)
 
   # F8: the user's git attributes file is not read.
 
