@@ -1,5 +1,3 @@
-# Copyright 2026 The JAX Authors.
-# SPDX-License-Identifier: Apache-2.0
 """The TensorCores of a chip build one table together in a collective scope.
 
 `pl.run_scoped(..., collective_axes='core')` gives all cores one VMEM table

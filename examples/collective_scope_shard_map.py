@@ -1,5 +1,3 @@
-# Copyright 2026 The JAX Authors.
-# SPDX-License-Identifier: Apache-2.0
 """A collective scope under `shard_map`: one shared table per device.
 
 Runs on 2 simulated devices of 4 TensorCores each. On each device, every

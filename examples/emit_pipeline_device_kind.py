@@ -1,5 +1,3 @@
-# Copyright 2026 The JAX Authors.
-# SPDX-License-Identifier: Apache-2.0
 """`pltpu.emit_pipeline` on CPU, simulating a TPU v5e with `device_kind`.
 
 `emit_pipeline` asks the TPU for its properties (`pltpu.get_tpu_info()`), so

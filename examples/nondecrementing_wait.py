@@ -1,5 +1,3 @@
-# Copyright 2026 The JAX Authors.
-# SPDX-License-Identifier: Apache-2.0
 """One TensorCore raises a flag; every core polls it without consuming it.
 
 Core 0 computes the per-column scale `max(|x|)`, writes it to HBM and raises

@@ -1,5 +1,3 @@
-# Copyright 2026 The JAX Authors.
-# SPDX-License-Identifier: Apache-2.0
 """Dropout with the TPU's PRNG: `pltpu.prng_seed` and `pltpu.prng_random_bits`.
 
 Each grid step seeds the PRNG with the seed and its block index, draws 32

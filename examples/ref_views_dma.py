@@ -1,5 +1,3 @@
-# Copyright 2026 The JAX Authors.
-# SPDX-License-Identifier: Apache-2.0
 """Ref views in DMAs: `ref.reshape(...)` and `ref.bitcast(...)`.
 
 The kernel walks over a (CHUNKS * ROWS, 128) float32 array in HBM chunk by

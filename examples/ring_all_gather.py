@@ -1,5 +1,3 @@
-# Copyright 2026 The JAX Authors.
-# SPDX-License-Identifier: Apache-2.0
 """A ring all-gather over 4 devices behind a neighbour barrier.
 
 Each device holds one (8, 128) block; the kernel gives every device all of

@@ -1,5 +1,3 @@
-# Copyright 2026 The JAX Authors.
-# SPDX-License-Identifier: Apache-2.0
 """Runs the examples in this directory with this Python; summarizes them.
 
 Usage: python examples/run_all.py [--timeout SECONDS] [--jobs N] [NAME ...]

@@ -1,5 +1,3 @@
-# Copyright 2026 The JAX Authors.
-# SPDX-License-Identifier: Apache-2.0
 """The subcores of each SparseCore look up rows of a table they share.
 
 On a TPU v6e's 2 SparseCores of 16 vector subcores: subcore 0 of each

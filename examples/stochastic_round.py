@@ -1,5 +1,3 @@
-# Copyright 2026 The JAX Authors.
-# SPDX-License-Identifier: Apache-2.0
 """`pltpu.stochastic_round`: float32 to bfloat16, rounded up or down at random.
 
 Each element becomes one of its two bfloat16 neighbours. As a TPU v5e does,
