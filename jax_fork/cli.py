@@ -170,7 +170,8 @@ _TPU = flags.DEFINE_enum(
 _AGAINST = flags.DEFINE_string(
     'against', None,
     'coverage: the --json report of a --tpu chip run of the same files; '
-    'also lists, per file, the tests that passed there and not here.')
+    'runs only the tests that passed there, and lists, per file, those '
+    'that do not pass here.')
 _FILES = flags.DEFINE_list(
     'files', None,
     'coverage: test files relative to the checkout (default: upstream\'s '
@@ -403,8 +404,11 @@ def _coverage() -> tuple[int, str]:
           'timeout': _TIMEOUT.value, 'devices': _DEVICES.value}
   if on_chip:
     info.update(coverage.device_info(python, jax_repo))
+  # Against a chip run, only the tests that passed there run here.
+  only = coverage.chip_passed(chip) if chip is not None else None
   outcomes = coverage.run(jax_repo, python, _TPU.value, files,
-                          _KEYWORD.value, _TIMEOUT.value, _DEVICES.value)
+                          _KEYWORD.value, _TIMEOUT.value, _DEVICES.value,
+                          only=only)
   rows = coverage.against(outcomes, chip) if chip is not None else None
   if _JSON.value:
     extra = {} if rows is None else {'against': rows}

@@ -229,7 +229,8 @@ def _run_file(python: str, jax_repo: str, path: str, env: dict[str, str],
 def run(jax_repo: str, python: str, tpu: str = 'v6e',
         files: tuple[str, ...] = DEFAULT_FILES, keyword: str | None = None,
         timeout: float = 60, devices: int = 4,
-        grace: float = GRACE_S) -> list[Outcome]:
+        grace: float = GRACE_S,
+        only: set[str] | None = None) -> list[Outcome]:
   """Runs upstream's test ``files`` of ``jax_repo`` as if on TPU ``tpu``.
 
   Args:
@@ -245,6 +246,9 @@ def run(jax_repo: str, python: str, tpu: str = 'v6e',
       the distributed tests see.
     grace: seconds after ``timeout`` before a test that the alarm did not
       stop is killed.
+    only: if not None, the tests to run (``key_of_test``: a file's base name
+      and the test's id in it, e.g. those that passed on a TPU), the
+      others deselected; a file with none of them is not run.
 
   Returns:
     One ``Outcome`` per test, in the order run.
@@ -285,6 +289,12 @@ def run(jax_repo: str, python: str, tpu: str = 'v6e',
       env.update(JAX_FORK_COVERAGE_TPU=f'{kind},{cores}',
                  JAX_NUM_CPU_DEVICES=str(devices))
     args = ['-k', keyword] if keyword else []
+    if only is not None:
+      files = tuple(f for f in files if any(
+          t.startswith(os.path.basename(f) + '::') for t in only))
+      with open(os.path.join(work, 'only'), 'w', encoding='utf-8') as f:
+        f.write('\n'.join(sorted(only)))
+      env['JAX_FORK_COVERAGE_ONLY'] = os.path.join(work, 'only')
     outcomes = []
     for path in files:
       outcomes += _run_file(python, jax_repo, path, env, args, timeout,
@@ -354,6 +364,20 @@ def to_json(outcomes: list[Outcome], **info) -> dict:
           'tests': [dataclasses.asdict(o) for o in outcomes]}
 
 
+def key_of_test(file: str, test: str) -> str:
+  """A test as ``FILE_BASENAME::ID``: its file's base name and its id within
+  the file (pytest's node ids begin with the file's path from wherever
+  pytest's root was), as ``coverage_plugin`` selects tests."""
+  return os.path.basename(file) + '::' + test.partition('::')[2]
+
+
+def chip_passed(chip: dict) -> set[str]:
+  """The tests (``key_of_test``) that passed in ``chip``, a ``--tpu chip``
+  report: what ``--against`` runs."""
+  return {key_of_test(t['file'], t['test']) for t in chip['tests']
+          if t['status'] == 'passed'}
+
+
 def against(outcomes: list[Outcome], chip: dict) -> list[dict]:
   """The tests that passed on a TPU and not here, per file.
 
@@ -368,12 +392,7 @@ def against(outcomes: list[Outcome], chip: dict) -> list[dict]:
     (those this run did not reach: another ``-k`` or files) and ``tests``:
     ``{test, status, cause}`` of each that ran here and did not pass.
   """
-  # A test is its file's base name and its id within the file (pytest's
-  # node ids begin with the file's path from wherever pytest's root was).
-  def key(file, test):
-    return os.path.basename(file), test.partition('::')[2]
-
-  here = {key(o.file, o.test): o for o in outcomes}
+  here = {key_of_test(o.file, o.test): o for o in outcomes}
   rows = {}
   for t in chip['tests']:
     if t['status'] != 'passed':
@@ -382,7 +401,7 @@ def against(outcomes: list[Outcome], chip: dict) -> list[dict]:
     row = rows.setdefault(name, {'file': name, 'passed_on_chip': 0,
                                  'passed': 0, 'not_run': 0, 'tests': []})
     row['passed_on_chip'] += 1
-    o = here.get(key(t['file'], t['test']))
+    o = here.get(key_of_test(t['file'], t['test']))
     if o is None:
       row['not_run'] += 1
     elif o.status == 'passed':

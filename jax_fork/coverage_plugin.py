@@ -34,7 +34,9 @@ timeouts and records (what interpret mode is compared with).
 Environment: ``JAX_FORK_COVERAGE_TPU`` is ``DEVICE_KIND,NUM_CORES`` (e.g.
 ``TPU v6 lite,1``) or ``chip``; ``JAX_FORK_COVERAGE_EXCLUDE`` optionally
 names a file of node ids (one a line) to deselect, the tests an earlier,
-killed run of the same file already reached.
+killed run of the same file already reached; ``JAX_FORK_COVERAGE_ONLY``
+optionally names a file of tests (``FILE_BASENAME::ID``, one a line) to run,
+the others deselected (``--against``: the tests that passed on the chip).
 """
 
 from __future__ import annotations
@@ -173,12 +175,27 @@ def pytest_configure(config):
   _see_tpu(kind, int(cores))
 
 
+def _key_of_test(nodeid: str) -> str:
+  """A test's file base name and its id in the file: the same test whatever
+  directory pytest's node ids start from."""
+  path, _, name = nodeid.partition('::')
+  return os.path.basename(path) + '::' + name
+
+
 def pytest_collection_modifyitems(config, items):
   path = os.environ.get('JAX_FORK_COVERAGE_EXCLUDE')
-  if not path:
+  only = os.environ.get('JAX_FORK_COVERAGE_ONLY')
+  if not path and not only:
     return
-  with open(path, encoding='utf-8') as f:
-    excluded = set(f.read().split('\n'))
+  excluded = set()
+  if path:
+    with open(path, encoding='utf-8') as f:
+      excluded = set(f.read().split('\n'))
+  if only:
+    with open(only, encoding='utf-8') as f:
+      wanted = set(f.read().split('\n'))
+    excluded |= {i.nodeid for i in items
+                 if _key_of_test(i.nodeid) not in wanted}
   keep = [i for i in items if i.nodeid not in excluded]
   config.hook.pytest_deselected(
       items=[i for i in items if i.nodeid in excluded])

@@ -19,7 +19,7 @@ prints, as JSON, the largest absolute differences between:
 
 Two modes:
 
-    # On the TPU: the kernels compiled by Mosaic; writes --out DIR/matmul_probe.json
+    # On the TPU, compiled by Mosaic: writes DIR/matmul_probe.json
     # and DIR/matmul_probe.npz (the operands and the kernels' outputs).
     python3 hardware/probes/matmul_probe.py chip --out DIR
     # On CPU, with the series applied: the same kernels in TPU interpret mode

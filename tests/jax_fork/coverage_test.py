@@ -339,6 +339,25 @@ class CoverageTest(absltest.TestCase):
         'tpu_other_test.py: 0 of 2 pass here (1 not run here)',
         f'  failed: {other}::OtherTest::test_passes: E: x'])
 
+  def test_only_the_chosen_tests(self):
+    # `only` (what --against passes: the tests that passed on the chip, as
+    # file base name and id) deselects the others; a file with none of
+    # them is not run.
+    chip = {'tests': [
+        {'file': 'tests/pallas/tpu_fake_test.py', 'status': 'passed',
+         'test': 'jax/tests/pallas/tpu_fake_test.py::FakeTest::test_c_skips'},
+        {'file': 'tests/pallas/tpu_fake_test.py', 'status': 'failed',
+         'test': 'tests/pallas/tpu_fake_test.py::FakeTest::test_passes'}]}
+    only = coverage.chip_passed(chip)
+    self.assertEqual(only, {'tpu_fake_test.py::FakeTest::test_c_skips'})
+    outcomes = coverage.run(
+        self.repo, sys.executable, 'v6e',
+        ('tpu_fake_test.py', 'tpu_other_test.py'), timeout=15, grace=3,
+        only=only)
+    self.assertEqual([(o.test, o.status) for o in outcomes], [
+        ('tests/pallas/tpu_fake_test.py::FakeTest::test_c_skips',
+         'skipped')])
+
   def test_jax_commit_says_modified(self):
     repo = tempfile.mkdtemp(prefix='coverage-git-')
     self.addCleanup(shutil.rmtree, repo)
