@@ -16,8 +16,9 @@
 
 Out-of-bounds accesses and race reports name the kernel argument whose buffer
 is accessed and the kernel's source line of the access, also for the DMAs of
-`pltpu.sync_copy`, which jax traces inside a `run_scoped`; deadlock reports
-and semaphores left non-zero at kernel exit name the semaphore's argument.
+`pltpu.sync_copy`, which jax traces inside a `run_scoped`, and for a DMA that
+is never waited for; deadlock reports and semaphores left non-zero at kernel
+exit name the semaphore's argument.
 
 To work around https://github.com/jax-ml/jax/issues/25671 , this file
 contains only tests that do not use shard_map.
@@ -154,6 +155,37 @@ class InterpretErrorLocationTest(test_util.InterpretTestCase):
         rf'  write of \[0, 0:8, 0:128\] at .*{line}\d+ \(.*body\) by DMA \d+\n',
     )
     self.assertTrue(mosaic_interpret.races.races_found)
+
+  def test_race_with_a_dma_never_waited_for_names_argument_and_lines(self):
+    # In `eager` mode the DMA copies when it starts; that `on_wait` mode
+    # reports the same race is tpu_pallas_interpret_dma_race_test's.
+    def kernel(x_hbm, o_ref, buf, sem):
+      pltpu.make_async_copy(x_hbm, buf, sem).start()  # Never waited for.
+      o_ref[...] = buf[...]
+
+    call = pl.pallas_call(
+        kernel,
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        scratch_shapes=[
+            pltpu.VMEM((8, 128), jnp.float32),
+            pltpu.SemaphoreType.DMA,
+        ],
+        interpret=test_util.interpret_params(
+            detect_races=True, dma_execution_mode='eager'
+        ),
+    )
+    start = re.escape(self._line_of(kernel, '.start()'))
+    read = re.escape(self._line_of(kernel, 'o_ref[...] = buf[...]'))
+    with self._race_reports() as reports:
+      jax.block_until_ready(call(jnp.ones((8, 128), jnp.float32)))
+    self.assertRegex(
+        reports.getvalue(),
+        r'RACE DETECTED on buf \(vmem buffer \d+ of device 0, core 0\):\n'
+        rf'  read of \[\.\.\.\] at .*{read}\d+ \(.*kernel\) by device 0,'
+        r' core 0\n'
+        rf'  write of \[\.\.\.\] at .*{start}\d+ \(.*kernel\) by DMA \d+\n',
+    )
 
   def test_deadlock_report_names_semaphore_argument(self):
     def body(x_hbm, o_hbm, sems):
