@@ -100,7 +100,12 @@ class InterpretNonzeroSemaphoreTest(test_util.InterpretTestCase):
     with contextlib.redirect_stdout(stdout):
       out = jax.block_until_ready(self._call(kernel, 'print')())
     np.testing.assert_array_equal(out, [1])
-    self.assertRegex(stdout.getvalue(), r'non-zero count .* at kernel exit: 3')
+    self.assertRegex(
+        stdout.getvalue(),
+        r'Semaphore \d+ \(kernel argument sems\[0\]\) has non-zero count for'
+        r' device 0 \(global core 0\) at kernel exit: 3 \(InterpretParams\('
+        r"on_nonzero_semaphore_at_exit='raise'\) makes this an error\)",
+    )
 
   def test_other_values_raise(self):
     with self.assertRaisesRegex(ValueError, 'on_nonzero_semaphore_at_exit'):
