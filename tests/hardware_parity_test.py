@@ -15,7 +15,10 @@ newer), REGULAR semaphore counts, `pltpu.pack_elementwise` and
 revisited over grid steps and `emit_pipeline` (with a simulated TPU, jax
 0.10.1 and newer; the recordings of these two are also checked against
 numpy); the errors of kernels the TPU's jax rejected (interpret mode raises
-the same class, or, for `ACCEPTED_BY_INTERPRET_MODE`, runs them); by their
+the same class, or, for `ACCEPTED_BY_INTERPRET_MODE`, runs them), and the
+kernels around the VMEM limits of `hardware/probes/vmem_probe.py` (accepted
+or rejected as on the TPU, with the same windows named: #51, jax 0.11.0 and
+newer; `VMEM_NOT_CHECKED` are the ones interpret mode runs); by their
 statistics for the bits of `pltpu.prng_random_bits` (jax 0.11.0 and newer);
 to the tolerances of `ULP_TOLERANCE` for transcendentals and float32
 matmuls at the highest precision. `KNOWN_DIFFERENCES` are where interpret
@@ -27,6 +30,7 @@ whose series lacks a kind's patch, that kind is skipped, with the reason.
 
 import json
 import pathlib
+import re
 import sys
 
 from absl.testing import absltest
@@ -52,6 +56,7 @@ _SINCE = {'dma_semaphore': (0, 11, 0), 'stochastic_round': (0, 10, 0),
           'matmul_precision': (0, 10, 0),
           'semaphore': (0, 0, 0), 'masked': (0, 0, 0), 'revisit': (0, 0, 0),
           'reject': (0, 10, 0),  # Mosaic's uint8 matmul error: #40.
+          'vmem': (0, 11, 0),  # Mosaic's VMEM out-of-memory error: #51.
           'pack': (0, 10, 0),  # pltpu.pack_elementwise: #34.
           # emit_pipeline asks for the TPU's tiling: a simulated TPU, #36.
           'pipeline': (0, 10, 1)}
@@ -157,6 +162,15 @@ ACCEPTED_BY_INTERPRET_MODE = {
         'MosaicError', 'Only i32 arith.muli is supported'),
     ('masked', 'store_bfloat16_rows'): (
         'NotImplementedError', 'masked swap with non-32-bit data'),
+}
+
+
+# hardware/probes/vmem_probe.py's kernels that the TPU rejected for its
+# default scoped VMEM limit, which interpret mode does not check: the part of
+# the TPU's message that says so.
+VMEM_NOT_CHECKED = {
+    'windows_32mib_no_limit': 'Scoped allocation with size 32.00M and limit'
+                              ' 16.00M exceeded scoped vmem limit',
 }
 
 
@@ -446,6 +460,17 @@ class HardwareParityTest(absltest.TestCase):
                 allow_non_decrementing_semaphore_wait=True)
             self.assertEqual(record.reject(name, interpret=allowed),
                              {'output': 2.0})
+          elif name == 'vmem_oom' and jax.__version_info__ >= _SINCE['vmem']:
+            # The scratch does not fit in the VMEM of the recording's TPU:
+            # XLA's allocator said so there, Mosaic's check here (#51).
+            got = record.reject(name, interpret=pltpu.InterpretParams(
+                device_kind=data['device_kind']))
+            self.assertEqual(got['raised'], tpu['raised'])
+            self.assertIn("space=vmem, size = 0x10000000, scoped, tag = 'scratch"
+                          " operand'", tpu['message'])
+            self.assertStartsWith(
+                got['message'], 'RESOURCE_EXHAUSTED: Ran out of memory in'
+                ' memory space vmem. Used 256.01M of 128.00M vmem.')
           elif ('reject', name) in ACCEPTED_BY_INTERPRET_MODE:
             cls, message = ACCEPTED_BY_INTERPRET_MODE['reject', name]
             self.assertEqual(tpu['raised'], cls)
@@ -453,6 +478,48 @@ class HardwareParityTest(absltest.TestCase):
             self.assertIn('output', got)
           else:
             self.assertEqual(got, tpu, where)
+
+  def test_vmem_out_of_memory_as_on_the_tpu(self):
+    # hardware/probes/vmem_probe.py's kernels around the VMEM and the
+    # vmem_limit_bytes of a TPU v5e: interpret mode accepts what the TPU
+    # accepted and rejects what it rejected, with the same error class and
+    # the same description of each window.
+    self._skip_before('vmem')
+    probes = ROOT / 'hardware' / 'probes'
+    sys.path.insert(0, str(probes))
+    import vmem_probe  # pylint: disable=g-import-not-at-top
+    data = json.loads((probes / 'vmem_probe_tpu_v5_lite.json').read_text())
+    params = pltpu.InterpretParams(device_kind=data['device_kind'])
+    for name, case in vmem_probe.CASES.items():
+      tpu = data['cases'][name]
+      with self.subTest(name=name):
+        with pltpu.force_tpu_interpret_mode(params):
+          try:
+            jax.block_until_ready(case())
+            got = 'ok'
+          except jax.errors.JaxRuntimeError as e:
+            got = {'raised': type(e).__name__, 'message': str(e)}
+        if name in VMEM_NOT_CHECKED:
+          # The TPU's default scoped VMEM limit, which interpret mode does
+          # not know: the TPU rejected the kernel, interpret mode runs it.
+          self.assertIn(VMEM_NOT_CHECKED[name], tpu['message'])
+          self.assertEqual(got, 'ok')
+          continue
+        if tpu == 'ok':
+          self.assertEqual(got, 'ok')
+          continue
+        self.assertIsInstance(got, dict, name)
+        self.assertEqual(got['raised'], tpu['raised'])
+        # Which limit, and its size (the sizes used can differ: the TPU's
+        # count stops at the windows when they alone do not fit).
+        for pattern in (r'of \S+ vmem\. Exceeded vmem capacity',
+                        r'and limit \S+ exceeded scoped vmem limit'):
+          self.assertEqual(re.findall(pattern, got['message']),
+                           re.findall(pattern, tpu['message'])[:1])
+        tags = re.findall(r'Tag: (.*?) The u8 shape.*?(This allocation .*?)\n',
+                          tpu['message'])
+        for window, buffering in tags:
+          self.assertIn(f'{window} {buffering}', got['message'])
 
   def _check_random_bits(self, draws, what):
     """Checks three draws of a `record.prng` case.

@@ -97,6 +97,35 @@ class InterpretEmitPipelinePrimitiveTest(test_util.InterpretTestCase):
     np.testing.assert_array_equal(out, np.asarray(x) * 2 + step * 1000 + 4)
 
   @parameterized.parameters(False, True)
+  def test_emit_pipeline_in_a_kernel_with_a_grid(self, use_primitive):
+    # The pallas_call's own grid has no names: each of its 2 steps runs a
+    # pipeline over its 16 rows, whose body sees the pipeline's index as
+    # `pl.program_id`.
+    def kernel(x_hbm, o_hbm):
+      i = pl.program_id(0)
+
+      def body(x_ref, o_ref):
+        o_ref[...] = (x_ref[...] * 2 + i.astype(jnp.float32) * 1000
+                      + pl.program_id(0).astype(jnp.float32))
+
+      rows = pl.ds(i * 16, 16)
+      pltpu.emit_pipeline(
+          body,
+          grid=(2,),
+          in_specs=[pl.BlockSpec((8, 128), lambda j: (j, 0))],
+          out_specs=[pl.BlockSpec((8, 128), lambda j: (j, 0))],
+      )(x_hbm.at[rows], o_hbm.at[rows])
+
+    x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
+    out = self._emit_pipeline_call(
+        kernel, jax.ShapeDtypeStruct(x.shape, x.dtype), x,
+        use_primitive=use_primitive, grid=(2,))
+    outer = np.repeat(np.arange(2, dtype=np.float32), 16)[:, None]
+    inner = np.tile(np.repeat(np.arange(2, dtype=np.float32), 8), 2)[:, None]
+    np.testing.assert_array_equal(
+        out, np.asarray(x) * 2 + outer * 1000 + inner)
+
+  @parameterized.parameters(False, True)
   def test_emit_pipeline_dynamic_grid(self, use_primitive):
     # The grid's size is read from SMEM: `pl.num_programs` in the body is the
     # runtime size (3 of the 4 blocks), as Mosaic's lowering of the body

@@ -29,6 +29,7 @@ contains only tests that do not use shard_map over several devices.
 """
 
 import sys
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -220,6 +221,32 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
     expected = np.broadcast_to(expected_per_core[:, None, None], (2, 8, 8))
     np.testing.assert_array_equal(kernel(), expected)
     self.assertFalse(mosaic_interpret.races.races_found)
+
+  def test_collective_scope_in_a_loop_leaves_no_records(self):
+    # When the kernel ends, the interpreter keeps no record of the subcores'
+    # collective allocations (it kept one per SparseCore and iteration).
+    left = []
+    clear = mosaic_interpret._clear_shared_memory
+
+    def record_and_clear():
+      memory = mosaic_interpret._get_shared_memory()
+      left.append((len(memory.collective_allocations),
+                   len(memory.collective_buffer_group_sizes)))
+      clear()
+
+    self.enter_context(mock.patch.object(
+        mosaic_interpret, '_clear_shared_memory', record_and_clear))
+
+    @self._sparse_core_kernel(None, num_subcores=4,
+                              allow_collective_axes_in_run_scoped=True)
+    def kernel(o_ref):
+      del o_ref
+      for _ in range(10):
+        pl.run_scoped(lambda _: None, pltpu.VMEM((8,), jnp.int32),
+                      collective_axes=('subcore',))
+
+    kernel()
+    self.assertEqual(left, [(0, 0)])
 
   def test_barrier_not_reached_by_every_subcore_is_a_deadlock(self):
     @self._sparse_core_kernel(jax.ShapeDtypeStruct((8,), jnp.int32),

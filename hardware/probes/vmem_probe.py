@@ -1,0 +1,146 @@
+"""Which kernels a TPU rejects for the VMEM their blocks and scratch need.
+
+Issue 45, item 3: Mosaic rejects a kernel whose VMEM windows (the blocks of
+its inputs and outputs, times their buffering) and VMEM scratch do not fit
+the kernel's VMEM limit, with a `JaxRuntimeError` that names each window;
+TPU interpret mode ran such kernels. This script compiles and runs kernels
+around the limits and records, as JSON, what each gives on this backend:
+the error class and message, or "ok". Cases:
+
+- upstream's `test_vmem_oom_error_message_basics` (tpu_pallas_test.py at
+  jax-v0.10.2: blocks of a (2, 2) grid that fill the VMEM single- or
+  double-buffered), its dynamic-grid case with scalar prefetch and scratch,
+  and `test_vmem_limit`'s (128, 128) copy under `vmem_limit_bytes` of 256,
+  2**17 + 4096 and 2**18;
+- blocks of 48 MiB under a `vmem_limit_bytes` of 120 MiB, with a grid of two
+  steps: one window each fits, two (double buffering) do not; the same with
+  the block the whole array (a single window), and with `pl.Buffered(1)`;
+- windows of 12 MiB and 32 MiB (double-buffered) without `vmem_limit_bytes`:
+  whether the default limit is the VMEM or a smaller scoped limit.
+
+    python3 hardware/probes/vmem_probe.py --out DIR   # writes DIR/vmem_probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import jax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+import jax.numpy as jnp
+import numpy as np
+
+MIB = 2**20
+
+
+def _copy(x_ref, o_ref, *scratch):
+  del scratch
+  o_ref[...] = x_ref[...]
+
+
+def _blocked_copy(shape, block, grid, index_map, *, pipeline_mode=None,
+                  vmem_limit_bytes=None):
+  """A float32 copy of `shape` by `block`s over `grid`."""
+  spec = pl.BlockSpec(block, index_map, pipeline_mode=pipeline_mode)
+  x = jnp.arange(np.prod(shape), dtype=jnp.float32).reshape(shape)
+  return pl.pallas_call(
+      _copy,
+      out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
+      grid=grid,
+      in_specs=[spec],
+      out_specs=spec,
+      compiler_params=pltpu.CompilerParams(vmem_limit_bytes=vmem_limit_bytes),
+  )(x)
+
+
+def _basics(buffer_count):
+  block = (4096 // buffer_count, 8192)
+  return _blocked_copy((2 * block[0], 2 * block[1]), block, (2, 2),
+                       lambda i, j: (i, j),
+                       pipeline_mode=pl.Buffered(buffer_count))
+
+
+def _vmem_limit(limit):
+  x = jnp.arange(128 * 128, dtype=jnp.float32).reshape(128, 128)
+  return pl.pallas_call(
+      _copy, out_shape=x,
+      compiler_params=pltpu.CompilerParams(vmem_limit_bytes=limit))(x)
+
+
+def _dynamic_grid_scalar_prefetch_and_scratch():
+  x_shape = (4096, 8192)
+
+  def body(s_ref, x_ref, o_ref, scratch_ref):
+    del s_ref, scratch_ref
+    o_ref[...] = x_ref[...]
+
+  @jax.jit
+  def run(num_grid, s, x):
+    return pl.pallas_call(
+        body,
+        out_shape=jax.ShapeDtypeStruct(x_shape, jnp.float32),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1, grid=(num_grid,),
+            in_specs=[pl.BlockSpec()], out_specs=pl.BlockSpec(),
+            scratch_shapes=[pltpu.VMEM((x_shape[0] // 4, 8192), jnp.float32)]),
+    )(s, x)
+
+  x = jnp.zeros(x_shape, jnp.float32)
+  return run(4, jnp.array([5.0], jnp.float32), x)
+
+
+# 48 MiB float32 blocks: (1536, 8192).
+_ROWS = 48 * MIB // (8192 * 4)
+
+CASES = {
+    'basics_buffered_1': lambda: _basics(1),
+    'basics_buffered_2': lambda: _basics(2),
+    'dynamic_grid_scalar_prefetch_and_scratch':
+        _dynamic_grid_scalar_prefetch_and_scratch,
+    'vmem_limit_256': lambda: _vmem_limit(256),
+    'vmem_limit_2_17_plus_4096': lambda: _vmem_limit(2**17 + 4096),
+    'vmem_limit_2_18': lambda: _vmem_limit(2**18),
+    'blocks_48mib_grid_2_limit_120mib': lambda: _blocked_copy(
+        (2 * _ROWS, 8192), (_ROWS, 8192), (2,), lambda i: (i, 0),
+        vmem_limit_bytes=120 * MIB),
+    'blocks_48mib_grid_2_buffered_1_limit_120mib': lambda: _blocked_copy(
+        (2 * _ROWS, 8192), (_ROWS, 8192), (2,), lambda i: (i, 0),
+        pipeline_mode=pl.Buffered(1), vmem_limit_bytes=120 * MIB),
+    'whole_array_48mib_grid_2_limit_120mib': lambda: _blocked_copy(
+        (_ROWS, 8192), (_ROWS, 8192), (2,), lambda i: (0, 0),
+        vmem_limit_bytes=120 * MIB),
+    'windows_12mib_no_limit': lambda: _blocked_copy(
+        (4 * 384, 2048), (384, 2048), (4,), lambda i: (i, 0)),
+    'windows_32mib_no_limit': lambda: _blocked_copy(
+        (4 * 1024, 2048), (1024, 2048), (4,), lambda i: (i, 0)),
+}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--out', default='.')
+  args = parser.parse_args()
+  device = jax.devices()[0]
+  report = {'jax': jax.__version__, 'platform': device.platform,
+            'device_kind': device.device_kind, 'cases': {}}
+  for name, case in CASES.items():
+    try:
+      jax.block_until_ready(case())
+      result = 'ok'
+    except Exception as e:  # pylint: disable=broad-except
+      result = {'raised': type(e).__name__, 'message': str(e)}
+    report['cases'][name] = result
+    print(name, result if result == 'ok' else result['raised'], flush=True)
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, 'vmem_probe.json'), 'w') as f:
+    json.dump(report, f, indent=1)
+    f.write('\n')
+  json.dump(report, sys.stdout, indent=1)
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,152 @@
+# Copyright 2026 The JAX Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Tests of TPU interpret mode's check that a kernel fits in VMEM.
+
+Mosaic rejects a kernel whose VMEM windows (a block of an input or output
+per buffer) and VMEM scratch exceed the TPU's VMEM or
+`CompilerParams.vmem_limit_bytes`; so does interpret mode, with the
+`JaxRuntimeError` and the message a TPU v5e gives.
+"""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+from jax._src import test_util as jtu
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+import jax.numpy as jnp
+import numpy as np
+import tpu_interpret_test_util as test_util
+
+
+jax.config.parse_flags_with_absl()
+
+
+# TODO(jburnim): Figure out how to safely run different instance of TPU
+# interpret mode in parallel, and then remove this decorator.
+@jtu.thread_unsafe_test_class()
+class InterpretVmemLimitTest(test_util.InterpretTestCase):
+
+  def setUp(self):
+    super().setUp()
+    # Older jax releases: begin.
+    if jax.__version_info__ < (0, 11, 0):
+      self.skipTest('jax 0.10.x and older: their series have no such patch')
+    # Older jax releases: end.
+
+  def _copy(self, shape, block_shape, grid, index_map, *, device_kind=None,
+            pipeline_mode=None, vmem_limit_bytes=None, scratch_shapes=()):
+    """Copies a float32 array of `shape` by blocks, in TPU interpret mode."""
+    def kernel(x_ref, o_ref, *scratch_refs):
+      del scratch_refs
+      o_ref[...] = x_ref[...]
+
+    spec = pl.BlockSpec(block_shape, index_map, pipeline_mode=pipeline_mode)
+    x = jnp.arange(np.prod(shape), dtype=jnp.float32).reshape(shape)
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
+        grid=grid,
+        in_specs=[spec],
+        out_specs=spec,
+        scratch_shapes=scratch_shapes,
+        compiler_params=pltpu.CompilerParams(
+            vmem_limit_bytes=vmem_limit_bytes),
+        interpret=test_util.interpret_params(device_kind=device_kind),
+    )(x)
+    return x, out
+
+  @parameterized.parameters(1, 2)
+  def test_windows_that_exceed_the_vmem_raise(self, buffer_count):
+    # A TPU v4 has 16 MiB of VMEM per core: the input and output windows take
+    # 32 MiB, single- or double-buffered.
+    block_shape = (2048 // buffer_count, 2048)
+    with self.assertRaises(jax.errors.JaxRuntimeError) as cm:
+      self._copy((4096, 2048), block_shape, (2,), lambda i: (i, 0),
+                 device_kind='TPU v4',
+                 pipeline_mode=pl.Buffered(buffer_count))
+    message = str(cm.exception)
+    self.assertIn(
+        'RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem. Used'
+        ' 32.00M of 16.00M vmem. Exceeded vmem capacity by 16.00M.', message)
+    buffering = ('This allocation is single buffered.' if buffer_count == 1
+                 else 'This allocation has 2 buffering levels.')
+    for window in ('input window allocation for operator input 0',
+                   'output window allocation for operator output 0'):
+      self.assertIn(
+          f'{window}. The window shape is f32[{block_shape[0]},2048], while'
+          f' the full shape is f32[4096,2048]. {buffering}', message)
+
+  def test_single_buffered_windows_that_fit_run(self):
+    # 8 MiB blocks: 16 MiB, all of the TPU v4's VMEM.
+    x, out = self._copy((2048, 2048), (1024, 2048), (2,), lambda i: (i, 0),
+                        device_kind='TPU v4', pipeline_mode=pl.Buffered(1))
+    np.testing.assert_array_equal(out, x)
+
+  @parameterized.named_parameters(
+      # 4 KiB blocks of an input and an output: 8 KiB single-buffered, 16 KiB
+      # double-buffered.
+      ('grid_of_two_steps', (2,), lambda i: (i, 0), 16),
+      ('grid_of_one_step', (1,), lambda i: (i, 0), None),
+      ('index_map_that_ignores_the_grid', (2,), lambda i: (0, 0), None),
+  )
+  def test_blocks_are_double_buffered_when_the_window_moves(
+      self, grid, index_map, used_kib):
+    run = lambda: self._copy((8 * grid[0], 128), (8, 128), grid, index_map,
+                             vmem_limit_bytes=12 * 1024)
+    if used_kib is None:
+      x, out = run()
+      np.testing.assert_array_equal(out[:8], x[:8])
+      return
+    with self.assertRaisesRegex(
+        jax.errors.JaxRuntimeError,
+        '(?s)E1001: CompileTimeScopedVmemOom:.*Scoped allocation with size'
+        f' {used_kib}.0K and limit 12.0K exceeded scoped vmem limit by'
+        f' {used_kib - 12}.0K'):
+      run()
+
+  def test_vmem_limit(self):
+    # As upstream's tpu_pallas_test.py's test_vmem_limit, with the message of
+    # a TPU v5e.
+    with self.assertRaisesRegex(
+        jax.errors.JaxRuntimeError,
+        'Scoped allocation with size 128.0K and limit 256B exceeded scoped'
+        ' vmem limit by 127.8K'):
+      self._copy((128, 128), (128, 128), (), lambda: (0, 0),
+                 vmem_limit_bytes=256)
+    x, out = self._copy((128, 128), (128, 128), (), lambda: (0, 0),
+                        vmem_limit_bytes=2**18)
+    np.testing.assert_array_equal(out, x)
+
+  def test_vmem_scratch_counts(self):
+    # 4 KiB of windows and 8 KiB of VMEM scratch; SMEM scratch and semaphores
+    # are not in VMEM.
+    scratch_shapes = [pltpu.VMEM((16, 128), jnp.float32),
+                      pltpu.SMEM((1024,), jnp.int32),
+                      pltpu.SemaphoreType.DMA]
+    with self.assertRaisesRegex(
+        jax.errors.JaxRuntimeError,
+        r'(?s)size 16.0K and limit 12.0K.*Tag: scratch operand. The shape is'
+        r' f32\[16,128\].'):
+      self._copy((8, 128), (8, 128), (1,), lambda i: (i, 0),
+                 vmem_limit_bytes=12 * 1024, scratch_shapes=scratch_shapes)
+    x, out = self._copy((8, 128), (8, 128), (1,), lambda i: (i, 0),
+                        vmem_limit_bytes=16 * 1024,
+                        scratch_shapes=scratch_shapes)
+    np.testing.assert_array_equal(out, x)
+
+
+if __name__ == '__main__':
+  absltest.main(testLoader=jtu.JaxTestLoader())
