@@ -237,15 +237,18 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
     self.enter_context(mock.patch.object(
         mosaic_interpret, '_clear_shared_memory', record_and_clear))
 
-    @self._sparse_core_kernel(None, num_subcores=4,
+    @self._sparse_core_kernel(None, pltpu.VMEM((8,), jnp.int32),
+                              num_subcores=4,
                               allow_collective_axes_in_run_scoped=True)
-    def kernel(o_ref):
-      del o_ref
+    def kernel(o_ref, vmem_ref):
+      vmem_ref[...] = jnp.full((8,), 7, jnp.int32)
       for _ in range(10):
         pl.run_scoped(lambda _: None, pltpu.VMEM((8,), jnp.int32),
                       collective_axes=('subcore',))
+      pltpu.sync_copy(vmem_ref, o_ref.at[jax.lax.axis_index('core'),
+                                         jax.lax.axis_index('subcore')])
 
-    kernel()
+    np.testing.assert_array_equal(kernel(), np.full((2, 4, 8), 7))
     self.assertEqual(left, [(0, 0)])
 
   def test_barrier_not_reached_by_every_subcore_is_a_deadlock(self):
