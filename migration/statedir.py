@@ -55,6 +55,7 @@ from typing import Callable
 
 from migration import environment
 from migration import errors
+from migration import interrupt
 from migration import trust
 
 STATE_DIR_ENV = 'JAX_INTERPRET_PATCHES_STATE_DIR'
@@ -308,8 +309,11 @@ def locked(sdir: str, env: environment.Environment, timeout: float):
   finally:
     os.close(fd)
   try:
-    # Imported here: status, which takes no lock, does not load it.
-    import filelock  # pylint: disable=g-import-not-at-top
+    # Imported here: status, which takes no lock, does not load it. Its
+    # import makes and removes a probe folder in $TMPDIR (filelock 4.1's
+    # hard-link probe): not cut short by a signal, which left the folder.
+    with interrupt.deferred():
+      import filelock  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     raise errors.EnvironmentProblem(
         f'The running Python ({sys.executable}) lacks the module filelock, '
