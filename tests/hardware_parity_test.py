@@ -43,6 +43,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / 'hardware'))
 import record  # pylint: disable=g-import-not-at-top,wrong-import-position
+from probes import vmem_probe  # pylint: disable=wrong-import-position
 
 RECORDINGS = sorted((ROOT / 'hardware' / 'recordings').glob('*.json'))
 
@@ -485,10 +486,8 @@ class HardwareParityTest(absltest.TestCase):
     # accepted and rejects what it rejected, with the same error class and
     # the same description of each window.
     self._skip_before('vmem')
-    probes = ROOT / 'hardware' / 'probes'
-    sys.path.insert(0, str(probes))
-    import vmem_probe  # pylint: disable=g-import-not-at-top
-    data = json.loads((probes / 'vmem_probe_tpu_v5_lite.json').read_text())
+    data = json.loads((ROOT / 'hardware' / 'probes' /
+                       'vmem_probe_tpu_v5_lite.json').read_text())
     params = pltpu.InterpretParams(device_kind=data['device_kind'])
     for name, case in vmem_probe.CASES.items():
       tpu = data['cases'][name]
