@@ -167,6 +167,7 @@ _MANUAL_AXES = 'tpu_pallas_interpret_manual_axes_distributed_test.py'
 _MASKED_STORE = 'tpu_pallas_interpret_masked_store_test.py'
 _STOCHASTIC_ROUND = 'tpu_pallas_interpret_stochastic_round_test.py'
 _UNSIGNED_MATMUL = 'tpu_pallas_interpret_unsigned_matmul_test.py'
+_NARROW_MASKED_STORE = 'tpu_pallas_interpret_narrow_masked_store_test.py'
 _DISABLE_BOUNDS_CHECKS = (
     'tpu_pallas_interpret_disable_bounds_checks_test.py')
 _RANDOM_IMPL = 'tpu_pallas_interpret_random_impl_test.py'
@@ -386,7 +387,9 @@ CHANGES = (
     ),
     Change(
         prefix='0040',
-        tests=_tests(_UNSIGNED_MATMUL, 'InterpretUnsignedMatmulTest'),
+        tests=(_tests(_UNSIGNED_MATMUL, 'InterpretUnsignedMatmulTest')
+               + _tests(_NARROW_MASKED_STORE,
+                        'InterpretNarrowMaskedStoreTest')),
     ),
     Change(
         prefix='0041',

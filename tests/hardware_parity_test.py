@@ -15,10 +15,11 @@ newer), REGULAR semaphore counts, `pltpu.pack_elementwise` and
 revisited over grid steps and `emit_pipeline` (with a simulated TPU, jax
 0.10.1 and newer; the recordings of these two are also checked against
 numpy); the errors of kernels the TPU's jax rejected (interpret mode raises
-the same class, or, for `ACCEPTED_BY_INTERPRET_MODE`, runs them), and the
+the same class, or, for `ACCEPTED_BY_INTERPRET_MODE`, runs them; for
+`REJECTED_SINCE`, the same message from a release on), and the
 kernels around the VMEM limits of `hardware/probes/vmem_probe.py` (accepted
-or rejected as on the TPU, with the same windows named: #51, jax 0.11.0 and
-newer; `VMEM_NOT_CHECKED` are the ones interpret mode runs); by their
+or rejected as on the TPU, with the same windows named, also with the scoped
+VMEM limit set by libtpu's flag: #51, jax 0.11.0 and newer); by their
 statistics for the bits of `pltpu.prng_random_bits` (jax 0.11.0 and newer);
 to the tolerances of `ULP_TOLERANCE` for transcendentals and float32
 matmuls at the highest precision. `KNOWN_DIFFERENCES` are where interpret
@@ -29,12 +30,15 @@ whose series lacks a kind's patch, that kind is skipped, with the reason.
 """
 
 import json
+import os
 import pathlib
 import re
 import sys
+from unittest import mock
 
 from absl.testing import absltest
 import jax
+from jax._src.pallas.mosaic import lowering as mosaic_lowering
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import ml_dtypes
@@ -161,17 +165,15 @@ ACCEPTED_BY_INTERPRET_MODE = {
         'is a multiple of 128'),
     ('reject', 'int16_scalar_arithmetic'): (
         'MosaicError', 'Only i32 arith.muli is supported'),
-    ('masked', 'store_bfloat16_rows'): (
-        'NotImplementedError', 'masked swap with non-32-bit data'),
 }
 
-
-# hardware/probes/vmem_probe.py's kernels that the TPU rejected for its
-# default scoped VMEM limit, which interpret mode does not check: the part of
-# the TPU's message that says so.
-VMEM_NOT_CHECKED = {
-    'windows_32mib_no_limit': 'Scoped allocation with size 32.00M and limit'
-                              ' 16.00M exceeded scoped vmem limit',
+# Kernels that the TPU's jax rejected and interpret mode rejects from a jax
+# release on, with the same class and message (before it, it runs them):
+# (kind, name): the release and the message.
+REJECTED_SINCE = {
+    # Mosaic's lowering rejects a masked store of non-32-bit data: #40.
+    ('masked', 'store_bfloat16_rows'): (
+        (0, 10, 0), 'masked swap with non-32-bit data'),
 }
 
 
@@ -344,9 +346,17 @@ class HardwareParityTest(absltest.TestCase):
       self.assertIn(want_message, error)
       run()  # Interpret mode runs it: an error-parity gap, documented.
       return
+    if (kind, name) in REJECTED_SINCE:
+      since, message = REJECTED_SINCE[kind, name]
+      self.assertIn(message, error)
+      if jax.__version_info__ < since:
+        run()  # This release's series does not reject it.
+        return
     with self.assertRaises(Exception) as raised:
       run()
     self.assertEqual(type(raised.exception).__name__, cls, raised.exception)
+    if (kind, name) in REJECTED_SINCE:
+      self.assertIn(REJECTED_SINCE[kind, name][1], str(raised.exception))
 
   def _elementwise(self, name):
     fn, make_inputs = record.ELEMENTWISE_CASES[name]
@@ -463,15 +473,16 @@ class HardwareParityTest(absltest.TestCase):
                              {'output': 2.0})
           elif name == 'vmem_oom' and jax.__version_info__ >= _SINCE['vmem']:
             # The scratch does not fit in the VMEM of the recording's TPU:
-            # XLA's allocator said so there, Mosaic's check here (#51).
+            # XLA's allocator said so there, #51 here, in the same words.
             got = record.reject(name, interpret=pltpu.InterpretParams(
                 device_kind=data['device_kind']))
             self.assertEqual(got['raised'], tpu['raised'])
-            self.assertIn("space=vmem, size = 0x10000000, scoped, tag = 'scratch"
-                          " operand'", tpu['message'])
-            self.assertStartsWith(
-                got['message'], 'RESOURCE_EXHAUSTED: Ran out of memory in'
-                ' memory space vmem. Used 256.01M of 128.00M vmem.')
+            for pattern in (r'RESOURCE_EXHAUSTED: Allocation \(size=\d+\) would'
+                            r' exceed memory \(size=\d+\)',
+                            r"space=vmem, size = 0x[0-9a-f]+, scoped, tag ="
+                            r" 'scratch operand'"):
+              self.assertEqual(re.findall(pattern, got['message']),
+                               re.findall(pattern, tpu['message']))
           elif ('reject', name) in ACCEPTED_BY_INTERPRET_MODE:
             cls, message = ACCEPTED_BY_INTERPRET_MODE['reject', name]
             self.assertEqual(tpu['raised'], cls)
@@ -480,45 +491,60 @@ class HardwareParityTest(absltest.TestCase):
           else:
             self.assertEqual(got, tpu, where)
 
-  def test_vmem_out_of_memory_as_on_the_tpu(self):
-    # hardware/probes/vmem_probe.py's kernels around the VMEM and the
-    # vmem_limit_bytes of a TPU v5e: interpret mode accepts what the TPU
-    # accepted and rejects what it rejected, with the same error class and
-    # the same description of each window.
-    self._skip_before('vmem')
-    data = json.loads((ROOT / 'hardware' / 'probes' /
-                       'vmem_probe_tpu_v5_lite.json').read_text())
+  def _check_vmem_probe(self, recording):
+    """Runs vmem_probe's cases of a recording; compares with the TPU's."""
+    data = json.loads((ROOT / 'hardware' / 'probes' / recording).read_text())
     params = pltpu.InterpretParams(device_kind=data['device_kind'])
-    for name, case in vmem_probe.CASES.items():
-      tpu = data['cases'][name]
-      with self.subTest(name=name):
+    for name, tpu in data['cases'].items():
+      with self.subTest(recording=recording, name=name):
         with pltpu.force_tpu_interpret_mode(params):
           try:
-            jax.block_until_ready(case())
+            jax.block_until_ready(vmem_probe.CASES[name]())
             got = 'ok'
-          except jax.errors.JaxRuntimeError as e:
+          except (jax.errors.JaxRuntimeError,
+                  mosaic_lowering.LoweringException) as e:
             got = {'raised': type(e).__name__, 'message': str(e)}
-        if name in VMEM_NOT_CHECKED:
-          # The TPU's default scoped VMEM limit, which interpret mode does
-          # not know: the TPU rejected the kernel, interpret mode runs it.
-          self.assertIn(VMEM_NOT_CHECKED[name], tpu['message'])
-          self.assertEqual(got, 'ok')
-          continue
         if tpu == 'ok':
           self.assertEqual(got, 'ok')
           continue
         self.assertIsInstance(got, dict, name)
         self.assertEqual(got['raised'], tpu['raised'])
-        # Which limit, and its size (the sizes used can differ: the TPU's
-        # count stops at the windows when they alone do not fit).
-        for pattern in (r'of \S+ vmem\. Exceeded vmem capacity',
-                        r'and limit \S+ exceeded scoped vmem limit'):
+        if tpu['raised'] == 'LoweringException':
+          self.assertEqual(got['message'], tpu['message'])
+          continue
+        # Which limit, and its size and the size used.
+        for pattern in (r'Used \S+ of \S+ vmem\. Exceeded vmem capacity by \S+',
+                        r'Scoped allocation with size \S+ and limit \S+'
+                        r' exceeded scoped vmem limit by \S+'):
           self.assertEqual(re.findall(pattern, got['message']),
                            re.findall(pattern, tpu['message'])[:1])
         tags = re.findall(r'Tag: (.*?) The u8 shape.*?(This allocation .*?)\n',
                           tpu['message'])
         for window, buffering in tags:
           self.assertIn(f'{window} {buffering}', got['message'])
+
+  def test_vmem_out_of_memory_as_on_the_tpu(self):
+    # hardware/probes/vmem_probe.py's kernels around the VMEM, the default
+    # scoped VMEM limit and vmem_limit_bytes of a TPU v5e: interpret mode
+    # accepts what the TPU accepted and rejects what it rejected, with the
+    # same error class, the same sizes and the same description of each
+    # window.
+    self._skip_before('vmem')
+    with mock.patch.dict(os.environ):
+      os.environ.pop('LIBTPU_INIT_ARGS', None)
+      self._check_vmem_probe('vmem_probe_tpu_v5_lite.json')
+
+  def test_vmem_limit_flag_as_on_the_tpu(self):
+    # The same kernels with libtpu's --xla_tpu_scoped_vmem_limit_kib of 64
+    # and 8 MiB, which set the default scoped VMEM limit on the TPU.
+    self._skip_before('vmem')
+    for recording in ('vmem_probe_scoped_64mib_tpu_v5_lite.json',
+                      'vmem_probe_scoped_8mib_tpu_v5_lite.json'):
+      flags = json.loads((ROOT / 'hardware' / 'probes' /
+                          recording).read_text())['LIBTPU_INIT_ARGS']
+      self.assertIn('--xla_tpu_scoped_vmem_limit_kib=', flags)
+      with mock.patch.dict(os.environ, {'LIBTPU_INIT_ARGS': flags}):
+        self._check_vmem_probe(recording)
 
   def _check_random_bits(self, draws, what):
     """Checks three draws of a `record.prng` case.

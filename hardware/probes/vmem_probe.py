@@ -16,9 +16,24 @@ the error class and message, or "ok". Cases:
   steps: one window each fits, two (double buffering) do not; the same with
   the block the whole array (a single window), and with `pl.Buffered(1)`;
 - windows of 12 MiB and 32 MiB (double-buffered) without `vmem_limit_bytes`:
-  whether the default limit is the VMEM or a smaller scoped limit.
+  whether the default limit is the VMEM or a smaller scoped limit;
+- windows of 15.75, 16 and 16.25 MiB without a limit, 16 MiB under a limit of
+  16 MiB, the (128, 128) copy under a limit of exactly 2**17, and a 20 MiB
+  VMEM scratch without a limit: where the default scoped limit lies, whether
+  the limit is inclusive, whether Mosaic's internal scratch counts, whether
+  scratch counts against the default limit;
+- VMEM scratch of 20 MiB under a limit of 16 MiB, of 120 and 128 MiB, two of
+  80 MiB, and 100 MiB with 48 MiB of windows under a limit of 120 MiB: how
+  scratch counts against the limit and the VMEM;
+- upstream's `test_automatic_single_buffering` (10 MiB int8 output windows,
+  compiled only): which index maps over a grid with a dimension of size one
+  give one window, and `pl.Buffered(3)`.
 
     python3 hardware/probes/vmem_probe.py --out DIR   # writes DIR/vmem_probe.json
+
+`--cases` runs some of them and `--name` names the file; LIBTPU_INIT_ARGS, as
+the process got it, is recorded (`--xla_tpu_scoped_vmem_limit_kib` sets the
+default scoped limit).
 """
 
 from __future__ import annotations
@@ -93,6 +108,52 @@ def _dynamic_grid_scalar_prefetch_and_scratch():
   return run(4, jnp.array([5.0], jnp.float32), x)
 
 
+def _scratch(sizes, *, rows=8, vmem_limit_bytes=None, used=True):
+  """A (rows, 2048) float32 copy with VMEM scratch buffers of `sizes` bytes."""
+  def body(x_ref, o_ref, *scratch):
+    # Mosaic allocates no scratch buffer that the kernel does not use.
+    o_ref[...] = x_ref[...]
+    for s in scratch if used else ():
+      s[pl.ds(0, 8), :] = x_ref[pl.ds(0, 8), pl.ds(0, 1024)]
+      o_ref[pl.ds(0, 8), pl.ds(0, 1024)] += s[pl.ds(0, 8), :]
+  x = jnp.zeros((rows, 2048), jnp.float32)
+  return pl.pallas_call(
+      body, out_shape=x,
+      scratch_shapes=[pltpu.VMEM((n // (4 * 1024), 1024), jnp.float32)
+                      for n in sizes],
+      compiler_params=pltpu.CompilerParams(vmem_limit_bytes=vmem_limit_bytes),
+  )(x)
+
+
+def _single_buffering(grid, index_map, *, pipeline_mode=None,
+                      num_scalar_prefetch=0):
+  """Compiles upstream's test_automatic_single_buffering kernel.
+
+  A kernel that does nothing, whose int8 output of 100 MiB has blocks of
+  10 MiB; only compiled (nothing is written).
+  """
+  out_shape = jax.ShapeDtypeStruct((100 * MIB,), jnp.int8)
+  spec = pl.BlockSpec((10 * MIB,), index_map, pipeline_mode=pipeline_mode)
+  body = lambda *_: None
+  if num_scalar_prefetch:
+    call = pl.pallas_call(
+        body, out_shape=out_shape,
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=num_scalar_prefetch, grid=grid,
+            out_specs=spec))
+  else:
+    call = pl.pallas_call(body, out_shape=out_shape, grid=grid,
+                          out_specs=spec)
+  scalars = [jnp.array([0], jnp.int32)] * num_scalar_prefetch
+  jax.jit(call).lower(*scalars).compile()
+
+
+def _windows(rows, vmem_limit_bytes=None):
+  """Double-buffered (rows, 2048) float32 windows: rows * 32 KiB in all."""
+  return _blocked_copy((4 * rows, 2048), (rows, 2048), (4,),
+                       lambda i: (i, 0), vmem_limit_bytes=vmem_limit_bytes)
+
+
 # 48 MiB float32 blocks: (1536, 8192).
 _ROWS = 48 * MIB // (8192 * 4)
 
@@ -117,17 +178,57 @@ CASES = {
         (4 * 384, 2048), (384, 2048), (4,), lambda i: (i, 0)),
     'windows_32mib_no_limit': lambda: _blocked_copy(
         (4 * 1024, 2048), (1024, 2048), (4,), lambda i: (i, 0)),
+    'windows_15_75mib_no_limit': lambda: _windows(504),
+    'windows_16mib_no_limit': lambda: _windows(512),
+    'windows_16_25mib_no_limit': lambda: _windows(520),
+    'windows_16mib_limit_16mib': lambda: _windows(512, 16 * MIB),
+    'vmem_limit_2_17': lambda: _vmem_limit(2**17),
+    'scratch_20mib_no_limit': lambda: _scratch([20 * MIB]),
+    'unused_scratch_20mib_no_limit': lambda: _scratch([20 * MIB], used=False),
+    'scratch_20mib_limit_16mib': lambda: _scratch([20 * MIB],
+                                                  vmem_limit_bytes=16 * MIB),
+    'scratch_120mib_no_limit': lambda: _scratch([120 * MIB]),
+    'scratch_128mib_no_limit': lambda: _scratch([128 * MIB]),
+    'scratch_2_times_80mib_no_limit': lambda: _scratch([80 * MIB] * 2),
+    'scratch_100mib_windows_48mib_limit_120mib': lambda: _scratch(
+        [100 * MIB], rows=3072, vmem_limit_bytes=120 * MIB),
+    'single_buffering_grid_4': lambda: _single_buffering(
+        (4,), lambda i: (0,)),
+    'single_buffering_grid_4_1_index_j': lambda: _single_buffering(
+        (4, 1), lambda i, j: (j,)),
+    'single_buffering_grid_1_4_index_i': lambda: _single_buffering(
+        (1, 4), lambda i, j: (i,)),
+    'single_buffering_grid_4_1_index_j_plus_i': lambda: _single_buffering(
+        (4, 1), lambda i, j: (j + i,)),
+    'single_buffering_grid_4_1_index_j_plus_i_buffered_1': lambda: (
+        _single_buffering((4, 1), lambda i, j: (j + i,),
+                          pipeline_mode=pl.Buffered(1))),
+    'single_buffering_scalar_prefetch_index_j_plus_i': lambda: (
+        _single_buffering((4, 1), lambda i, j, *_: (j + i,),
+                          num_scalar_prefetch=2)),
+    'single_buffering_scalar_prefetch_index_j': lambda: (
+        _single_buffering((4, 1), lambda i, j, *_: (j,),
+                          num_scalar_prefetch=2)),
+    'buffered_3': lambda: _blocked_copy(
+        (64, 128), (8, 128), (8,), lambda i: (i, 0),
+        pipeline_mode=pl.Buffered(3)),
 }
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--out', default='.')
+  parser.add_argument('--name', default='vmem_probe.json')
+  parser.add_argument('--cases', default=','.join(CASES),
+                      help='comma-separated names of the cases to run')
   args = parser.parse_args()
   device = jax.devices()[0]
   report = {'jax': jax.__version__, 'platform': device.platform,
-            'device_kind': device.device_kind, 'cases': {}}
-  for name, case in CASES.items():
+            'device_kind': device.device_kind,
+            'LIBTPU_INIT_ARGS': os.environ.get('LIBTPU_INIT_ARGS'),
+            'cases': {}}
+  for name in args.cases.split(','):
+    case = CASES[name]
     try:
       jax.block_until_ready(case())
       result = 'ok'
@@ -136,7 +237,7 @@ def main():
     report['cases'][name] = result
     print(name, result if result == 'ok' else result['raised'], flush=True)
   os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, 'vmem_probe.json'), 'w') as f:
+  with open(os.path.join(args.out, args.name), 'w') as f:
     json.dump(report, f, indent=1)
     f.write('\n')
   json.dump(report, sys.stdout, indent=1)

@@ -15,15 +15,21 @@
 """Tests of TPU interpret mode's check that a kernel fits in VMEM.
 
 Mosaic rejects a kernel whose VMEM windows (a block of an input or output
-per buffer) and VMEM scratch exceed the TPU's VMEM or
-`CompilerParams.vmem_limit_bytes`; so does interpret mode, with the
+per buffer) exceed the TPU's VMEM or the kernel's scoped VMEM limit
+(`CompilerParams.vmem_limit_bytes`, else libtpu's
+`--xla_tpu_scoped_vmem_limit_kib`, else the TPU's default), or one of whose
+VMEM scratch operands exceeds the VMEM; so does interpret mode, with the
 `JaxRuntimeError` and the message a TPU v5e gives.
 """
+
+import os
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 from jax._src import test_util as jtu
+from jax._src.pallas.mosaic import lowering as mosaic_lowering
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
@@ -101,6 +107,10 @@ class InterpretVmemLimitTest(test_util.InterpretTestCase):
       ('grid_of_two_steps', (2,), lambda i: (i, 0), 16),
       ('grid_of_one_step', (1,), lambda i: (i, 0), None),
       ('index_map_that_ignores_the_grid', (2,), lambda i: (0, 0), None),
+      ('index_map_of_a_grid_dimension_of_size_one', (2, 1),
+       lambda i, j: (j, 0), None),
+      ('index_map_of_both_grid_dimensions', (2, 1), lambda i, j: (i + j, 0),
+       16),
   )
   def test_blocks_are_double_buffered_when_the_window_moves(
       self, grid, index_map, used_kib):
@@ -130,20 +140,62 @@ class InterpretVmemLimitTest(test_util.InterpretTestCase):
                         vmem_limit_bytes=2**18)
     np.testing.assert_array_equal(out, x)
 
-  def test_vmem_scratch_counts(self):
-    # 4 KiB of windows and 8 KiB of VMEM scratch; SMEM scratch and semaphores
-    # are not in VMEM.
-    scratch_shapes = [pltpu.VMEM((16, 128), jnp.float32),
-                      pltpu.SMEM((1024,), jnp.int32),
-                      pltpu.SemaphoreType.DMA]
+  def test_buffer_counts_other_than_one_and_two_raise(self):
+    with self.assertRaisesRegex(
+        mosaic_lowering.LoweringException,
+        'Only single \\(1\\) and double \\(2\\) buffering are supported. Got 3.'):
+      self._copy((64, 128), (8, 128), (8,), lambda i: (i, 0),
+                 pipeline_mode=pl.Buffered(3))
+
+  @parameterized.parameters(('TPU v5 lite', 16), ('TPU v6 lite', 32))
+  def test_default_scoped_vmem_limit(self, device_kind, limit_mib):
+    # Double-buffered windows of 256 KiB more than the TPU's default scoped
+    # VMEM limit.
+    rows = limit_mib * 32 + 8
+    with mock.patch.dict(os.environ):
+      os.environ.pop('LIBTPU_INIT_ARGS', None)
+      with self.assertRaisesRegex(
+          jax.errors.JaxRuntimeError,
+          f'size {limit_mib}.25M and limit {limit_mib}.00M exceeded scoped'
+          ' vmem limit by 256.0K'):
+        self._copy((4 * rows, 2048), (rows, 2048), (4,), lambda i: (i, 0),
+                   device_kind=device_kind)
+
+  def test_scoped_vmem_limit_flag(self):
+    # libtpu's flag sets the limit of kernels without vmem_limit_bytes: 16
+    # KiB of windows (double-buffered 4 KiB blocks).
+    run = lambda **kw: self._copy((16, 128), (8, 128), (2,), lambda i: (i, 0),
+                                  **kw)
+    flags = '--xla_tpu_scoped_vmem_limit_kib=12 --xla_foo=1'
+    with mock.patch.dict(os.environ, {'LIBTPU_INIT_ARGS': flags}):
+      with self.assertRaisesRegex(
+          jax.errors.JaxRuntimeError,
+          '(?s)size 16.0K and limit 12.0K.*The scoped VMEM limit is'
+          ' --xla_tpu_scoped_vmem_limit_kib=12 in LIBTPU_INIT_ARGS'):
+        run()
+      x, out = run(vmem_limit_bytes=16 * 1024)
+      np.testing.assert_array_equal(out, x)
+    with mock.patch.dict(
+        os.environ, {'LIBTPU_INIT_ARGS': '--xla_tpu_scoped_vmem_limit_kib=16'}):
+      x, out = run()
+      np.testing.assert_array_equal(out, x)
+
+  def test_vmem_scratch(self):
+    # On a TPU v5e, each VMEM scratch operand must fit in the VMEM; they do
+    # not count against the scoped limit, nor with the windows. A TPU v4 has
+    # 16 MiB of VMEM per core.
     with self.assertRaisesRegex(
         jax.errors.JaxRuntimeError,
-        r'(?s)size 16.0K and limit 12.0K.*Tag: scratch operand. The shape is'
-        r' f32\[16,128\].'):
+        r'RESOURCE_EXHAUSTED: Allocation \(size=16781312\) would exceed'
+        r" memory \(size=16777216\) :: \[shape = 'f32\[4097,1024\]',"
+        r" space=vmem, size = 0x1001000, scoped, tag = 'scratch operand'\]"):
       self._copy((8, 128), (8, 128), (1,), lambda i: (i, 0),
-                 vmem_limit_bytes=12 * 1024, scratch_shapes=scratch_shapes)
+                 device_kind='TPU v4',
+                 scratch_shapes=[pltpu.VMEM((4097, 1024), jnp.float32)])
+    scratch_shapes = [pltpu.VMEM((2048, 1024), jnp.float32)] * 2 + [
+        pltpu.SMEM((1024,), jnp.int32), pltpu.SemaphoreType.DMA]
     x, out = self._copy((8, 128), (8, 128), (1,), lambda i: (i, 0),
-                        vmem_limit_bytes=16 * 1024,
+                        device_kind='TPU v4', vmem_limit_bytes=8192,
                         scratch_shapes=scratch_shapes)
     np.testing.assert_array_equal(out, x)
 
