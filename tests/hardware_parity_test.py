@@ -38,7 +38,6 @@ from unittest import mock
 
 from absl.testing import absltest
 import jax
-from jax._src.pallas.mosaic import lowering as mosaic_lowering
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import ml_dtypes
@@ -501,8 +500,14 @@ class HardwareParityTest(absltest.TestCase):
           try:
             jax.block_until_ready(vmem_probe.CASES[name]())
             got = 'ok'
-          except (jax.errors.JaxRuntimeError,
-                  mosaic_lowering.LoweringException) as e:
+          except Exception as e:  # pylint: disable=broad-except
+            # JaxRuntimeError, or the LoweringException of Mosaic's lowering
+            # (jax._src.pallas.mosaic.lowering, which this file does not
+            # import: with jax 0.8 and 0.9 that import, before
+            # jax.experimental.pallas's, is circular).
+            if type(e).__name__ not in ('JaxRuntimeError',
+                                        'LoweringException'):
+              raise
             got = {'raised': type(e).__name__, 'message': str(e)}
         if tpu == 'ok':
           self.assertEqual(got, 'ok')
