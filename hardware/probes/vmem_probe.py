@@ -111,7 +111,8 @@ def _dynamic_grid_scalar_prefetch_and_scratch():
 def _scratch(sizes, *, rows=8, vmem_limit_bytes=None, used=True):
   """A (rows, 2048) float32 copy with VMEM scratch buffers of `sizes` bytes."""
   def body(x_ref, o_ref, *scratch):
-    # Mosaic allocates no scratch buffer that the kernel does not use.
+    # Each buffer is written and read (unless `used` is False), so that no
+    # compiler can drop it as unused.
     o_ref[...] = x_ref[...]
     for s in scratch if used else ():
       s[pl.ds(0, 8), :] = x_ref[pl.ds(0, 8), pl.ds(0, 1024)]

@@ -143,7 +143,8 @@ class InterpretVmemLimitTest(test_util.InterpretTestCase):
   def test_buffer_counts_other_than_one_and_two_raise(self):
     with self.assertRaisesRegex(
         mosaic_lowering.LoweringException,
-        'Only single \\(1\\) and double \\(2\\) buffering are supported. Got 3.'):
+        'Only single \\(1\\) and double \\(2\\) buffering are supported.'
+        ' Got 3.'):
       self._copy((64, 128), (8, 128), (8,), lambda i: (i, 0),
                  pipeline_mode=pl.Buffered(3))
 
