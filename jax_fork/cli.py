@@ -163,6 +163,13 @@ _TEST_PYTHON = flags.DEFINE_string(
     'coverage: '
     'the Python that runs the tests (default: this one), with pytest and '
     'the jaxlib the checkout needs.')
+_BASE_RELEASE = flags.DEFINE_string(
+    'base_release', 'newest',
+    'export-upstream: what the stack goes on. "newest" (the default): the '
+    'checkout with jax/ as the newest served release ships it, when the '
+    'checkout is older (a first commit, 0000-Base-jax-as-the-jax-....patch, '
+    'not for submission); "checkout": the checkout as it is; or a served '
+    'release\'s version.')
 _TPU = flags.DEFINE_enum(
     'tpu', 'v6e', [*coverage.TPUS, coverage.CHIP],
     'coverage: the TPU the tests see (device kind and cores per device), or '
@@ -369,9 +376,14 @@ def _export_upstream(patches_dir: str) -> tuple[int, str]:
         f'{tests_dir} is missing.')
   output_dir = (_OUTPUT_DIR.value if flags.FLAGS['output_dir'].present
                 else os.path.join('dist', 'upstream'))
-  written = upstream.export(os.path.abspath(_JAX_REPO.value), output_dir,
-                            tests_dir, manifest_lib.load(patches_dir),
-                            _SERIES.value, _TEST_PYTHON.value)
+  jax_repo = os.path.abspath(_JAX_REPO.value)
+  manifest = manifest_lib.load(patches_dir)
+  base_release = {
+      'newest': lambda: upstream.newest_release(manifest, jax_repo),
+      'checkout': lambda: None,
+  }.get(_BASE_RELEASE.value, lambda: _BASE_RELEASE.value)()
+  written = upstream.export(jax_repo, output_dir, tests_dir, manifest,
+                            _SERIES.value, _TEST_PYTHON.value, base_release)
   if _JSON.value:
     return migration_cli.done_json('export-upstream', patches=written)
   return 0, ('Wrote one commit per patch, each with its pull request '

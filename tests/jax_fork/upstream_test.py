@@ -61,8 +61,15 @@ jax.config.parse_flags_with_absl()
 _USED = ({used}, parameterized, mosaic_interpret, pl, pltpu, jnp, np)
 
 
+# TODO(jburnim): Figure out how to safely run different instance of TPU
+# interpret mode in parallel, and then remove this decorator.
 @jtu.thread_unsafe_test_class()
 class {cls}(jtu.JaxTestCase):
+
+  def setUp(self):
+    super().setUp()
+    if not jtu.test_device_matches(['cpu']):
+      self.skipTest('CPU-only test')
 
   def test_upstream(self):
     pass
@@ -503,15 +510,16 @@ class UpstreamExportTest(absltest.TestCase):
     self.assertEqual(_git(['status', '--porcelain'], self.jax), '')
     self.assertLen(_git(['worktree', 'list'], self.jax).splitlines(), 1)
 
-    # Every test method of ours is in upstream's classes, once, without the
-    # code for older releases, and upstream's own test is kept.
+    # Every test class of ours is a class of upstream's file, with the same
+    # methods, without the code for older releases; upstream's own class is
+    # kept as it was.
     ours = set()
     for change in upstream.CHANGES:
       if change.prefix is None:
         continue  # a backport: the newest release has it upstream
       for test in change.tests:
         with open(os.path.join(TESTS_DIR, test.file)) as f:
-          ours |= {(test.upstream[1], n) for n, _ in
+          ours |= {(test.upstream[0], test.name, n) for n, _ in
                    upstream.extract_methods(f.read(), test.name)}
     exported = set()
     for path, cls in (upstream.UPSTREAM_TEST,
@@ -523,12 +531,20 @@ class UpstreamExportTest(absltest.TestCase):
                      'interpret._shared_memory', 'dataclasses.fields',
                      'time.sleep'):
         self.assertNotIn(marker, source.replace('jtu.', ''))
-      (klass,) = [n for n in ast.parse(source).body
-                  if isinstance(n, ast.ClassDef) and n.name == cls]
-      names = [n.name for n in klass.body if isinstance(n, ast.FunctionDef)]
-      self.assertLen(set(names), len(names))
-      self.assertIn('test_upstream', names)
-      exported |= {(cls, n) for n in names if n != 'test_upstream'}
+      classes = [n for n in ast.parse(source).body
+                 if isinstance(n, ast.ClassDef)]
+      self.assertEqual(classes[0].name, cls)
+      self.assertEqual(
+          [n.name for n in classes[0].body if isinstance(n, ast.FunctionDef)],
+          ['setUp', 'test_upstream'])
+      for klass in classes[1:]:
+        self.assertEqual([ast.unparse(b) for b in klass.bases],
+                         ['jtu.JaxTestCase'])
+        names = [n.name for n in klass.body
+                 if isinstance(n, ast.FunctionDef)]
+        self.assertEqual(names[0], 'setUp')
+        self.assertLen(set(names), len(names))
+        exported |= {(path, klass.name, n) for n in names[1:]}
     self.assertEqual(exported, ours)
 
   @absltest.skipUnless(ONCE, 'runs once, with the newest jax release')
@@ -659,7 +675,7 @@ class UpstreamExportTest(absltest.TestCase):
     with self.assertRaisesRegex(errors.PatchDataError, 'without'):
       upstream.for_jax_head(upstream.OLDER_RELEASES_BEGIN + '\n')
 
-  def test_add_tests_checks_names_and_adds_imports(self):
+  def test_add_test_class_checks_names_and_adds_imports(self):
     ours = textwrap.dedent('''\
         import io
         from jax.experimental.pallas.ops.tpu import random  # noqa: F401
@@ -669,22 +685,40 @@ class UpstreamExportTest(absltest.TestCase):
 
         class Ours(test_util.InterpretTestCase):
 
+          # The kernel of another class's tests.
+          _kernel = InterpretTest.test_upstream
+
           def setUp(self):
             super().setUp()
+            # Older jax releases: begin.
+            self.skipTest('old')
+            # Older jax releases: end.
+            self.x = io.StringIO()
 
           # Reads a buffer.
           @parameterized.parameters(1, 2)
           def test_a(self, n):
             return io.StringIO(str(n)), mosaic_interpret
+
+          # Older jax releases only: an API that jax HEAD removed.
+          def test_old_api(self):
+            pass
         ''')
     methods = upstream.extract_methods(ours, 'Ours')
     self.assertEqual([n for n, _ in methods], ['test_a'])
     self.assertTrue(methods[0][1].startswith('  # Reads a buffer.\n  @'))
+    attributes = upstream.extract_attributes(ours, 'Ours')
+    self.assertEqual(attributes, [
+        '  # The kernel of another class\'s tests.\n'
+        '  _kernel = InterpretTest.test_upstream\n'])
+    set_up = upstream.extract_set_up(ours, 'Ours')
+    self.assertEqual(set_up, ['    self.x = io.StringIO()\n'])
     side_effects = upstream.side_effect_imports(ours)
     self.assertEqual(side_effects, [
         'from jax.experimental.pallas.ops.tpu import random  # noqa: F401'])
-    source = upstream.add_tests(_INTERPRET_TEST, 'InterpretTest', methods,
-                                upstream.import_lines(ours), side_effects)
+    source = upstream.add_test_class(
+        _INTERPRET_TEST, 'InterpretTest', 'Ours', methods,
+        upstream.import_lines(ours), side_effects, attributes, set_up)
     self.assertIn('import dataclasses\nimport functools\nimport io\n',
                   source)
     # The import made for its effect (registering a PRNG implementation) is
@@ -693,36 +727,92 @@ class UpstreamExportTest(absltest.TestCase):
     self.assertLess(source.index('from jax.experimental.pallas import tpu'),
                     source.index(side_effects[0]))
     self.assertEqual(source.count('as mosaic_interpret\n'), 1)
-    self.assertIn('    pass\n\n  # Reads a buffer.\n', source)
-    with self.assertRaisesRegex(errors.PatchDataError, 'already has test_a'):
-      upstream.add_tests(source, 'InterpretTest', methods, {})
+    # A class of its own after upstream's, with upstream's decorators and
+    # setUp, then ours.
+    self.assertIn(textwrap.dedent('''\
+        # TODO(jburnim): Figure out how to safely run different instance of TPU
+        # interpret mode in parallel, and then remove this decorator.
+        @jtu.thread_unsafe_test_class()
+        class Ours(jtu.JaxTestCase):
+
+          def setUp(self):
+            super().setUp()
+            if not jtu.test_device_matches(['cpu']):
+              self.skipTest('CPU-only test')
+            self.x = io.StringIO()
+
+          # The kernel of another class's tests.
+          _kernel = InterpretTest.test_upstream
+
+          # Reads a buffer.
+          @parameterized.parameters(1, 2)
+          def test_a(self, n):
+        '''), source)
+    self.assertLess(source.index('class InterpretTest('),
+                    source.index('class Ours('))
+    self.assertLess(source.index('class Ours('),
+                    source.index("if __name__ == '__main__':"))
+    compile(source, 'test.py', 'exec')
+    with self.assertRaisesRegex(errors.PatchDataError, 'already has a class'):
+      upstream.add_test_class(source, 'InterpretTest', 'Ours', methods, {})
     unknown = [('test_b', '  def test_b(self):\n    return _helper()\n')]
     with self.assertRaisesRegex(errors.PatchDataError,
-                                "test_b uses _helper, which upstream's"):
-      upstream.add_tests(_INTERPRET_TEST, 'InterpretTest', unknown, {})
+                                "Ours.test_b uses _helper, which upstream's"):
+      upstream.add_test_class(_INTERPRET_TEST, 'InterpretTest', 'Ours',
+                              unknown, {})
+    with self.assertRaisesRegex(errors.PatchDataError, 'no test class Nope'):
+      upstream.add_test_class(_INTERPRET_TEST, 'Nope', 'Ours', methods, {})
 
-  def test_checkout_that_moved_on_gets_a_three_way_rebase(self):
-    # Upstream edited a context line of a hunk of the series: the patch no
-    # longer applies exactly, but the change merges cleanly.
-    target = os.path.join(
-        self.jax, 'jax/_src/pallas/mosaic/interpret/shared_memory.py')
-    old = '#  - If the count is equal to value, but there DMAs waiting to signal'
-    new = '#  - If the count equals value, but there are DMAs waiting to signal'
-    with open(target) as f:
-      text = f.read()
-    self.assertIn(old, text)
-    with open(target, 'w') as f:
-      f.write(text.replace(old, new))
-    _git(['commit', '-q', '-am', 'upstream moved on'], self.jax)
-    with self.assertRaises(errors.ConflictError):
-      upstream.choose_series(self.manifest, self.jax)
-    clone = self.am(self.export())
-    with open(os.path.join(
-        clone, 'jax/_src/pallas/mosaic/interpret/shared_memory.py')) as f:
-      merged = f.read()
-    self.assertIn(new, merged)
-    self.assertIn('          if decrement:\n', merged)
-    self.assertIn('detect_deadlocks', merged)
+  @absltest.skipUnless(ONCE, 'runs once, with the newest jax release')
+  def test_older_checkout_gets_the_newest_release_as_its_base(self):
+    # A checkout older than the newest release (as the mirror is): its
+    # version and an interpreter line the series' context needs differ.
+    edits = {
+        'jax/version.py': ('_version = "0.12.0.1"', '_version = "0.11.1"'),
+        'jax/_src/pallas/mosaic/interpret/shared_memory.py': (
+            '          self.count_by_core[global_core_id] -= value\n',
+            '          self.count_by_core[global_core_id] -= int(value)\n'),
+    }
+    for path, (old, new) in edits.items():
+      with open(os.path.join(self.jax, path)) as f:
+        text = f.read()
+      self.assertIn(old, text)
+      with open(os.path.join(self.jax, path), 'w') as f:
+        f.write(text.replace(old, new))
+    _git(['commit', '-q', '-am', 'an older upstream'], self.jax)
+    self.head = _git(['rev-parse', 'HEAD'], self.jax).strip()
+    release = upstream.newest_release(self.manifest, self.jax)
+    self.assertEqual(release, _NEWEST)
+    patches = upstream.export(self.jax, self.out, TESTS_DIR, self.manifest,
+                              base_release=release)
+    newest = self.manifest.series_for(_NEWEST)
+    self.assertLen(patches, 1 + len(newest.patches))
+    self.assertRegex(os.path.basename(patches[0]),
+                     r'^0000-Base-jax-as-the-jax-.*\.patch$')
+    with open(patches[0][:-len('.patch')] + '.md') as f:
+      self.assertIn('Not a pull request', f.read())
+    with open(patches[1][:-len('.patch')] + '.md') as f:
+      self.assertIn(f'It applies on upstream {self.head[:7]}', f.read())
+    # The base gives back the release's files; the series applies on it
+    # exactly, as on the release.
+    clone = self.am(patches)
+    with zipfile.ZipFile(self.wheel) as zf:
+      for path in edits:
+        self.assertNotEqual(_git(['show', f'{self.head}:{path}'], clone),
+                            zf.read(path).decode())
+        self.assertEqual(_git(['show', f'HEAD~{len(newest.patches)}:{path}'],
+                              clone), zf.read(path).decode())
+    base = _git(['log', '-1', '--format=%B', f'HEAD~{len(newest.patches)}'],
+                clone)
+    self.assertIn('(not for submission)', base)
+    # A checkout at the release needs no base.
+    self.assertIsNone(upstream.newest_release(self.manifest, clone))
+
+  def test_base_release_must_be_served(self):
+    with self.assertRaisesRegex(errors.UsageError, 'not served'):
+      upstream.export(self.jax, self.out, TESTS_DIR, self.manifest,
+                      base_release='0.6.0')
+    self.assertFalse(os.path.exists(self.out))
 
   def test_nearest_series_for_a_development_checkout(self):
     newest = max(self.manifest.series.values(), key=lambda s: max(
@@ -759,6 +849,23 @@ class UpstreamExportTest(absltest.TestCase):
       self.assertNotRegex(message, _DEP3)
       with open(patch.path) as f:
         self.assertRegex(f.read(), _DEP3)
+
+  def test_exported_messages_are_a_subject_and_a_short_summary(self):
+    series = self.manifest.series_for(VERSION)
+    by_subject = upstream.changes_by_subject(self.manifest)
+    for patch in series.patches:
+      summary = by_subject[patch.subject].summary
+      # One to three sentences, as upstream's interpreter commits have.
+      sentences = re.findall(r'[.!?](?:\s|$)', summary.replace('e.g. ', ''))
+      self.assertBetween(len(sentences), 1, 3, patch.subject)
+      self.assertLessEqual(len(summary.split()), 70, patch.subject)
+      message = upstream.commit_message(patch, summary)
+      subject, body = message.split('\n\n', 1)
+      self.assertEqual(subject, patch.subject)
+      self.assertEqual(' '.join(body.split()), ' '.join(summary.split()))
+      self.assertLessEqual(max(map(len, body.splitlines())), 72)
+      # The patch's own message says more.
+      self.assertGreater(len(upstream.commit_message(patch)), len(message))
 
   def test_build_files_list_the_modules_a_commit_imports(self):
     patches = self.export()

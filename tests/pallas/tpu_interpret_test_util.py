@@ -107,10 +107,11 @@ class InterpretTestCase(jtu.JaxTestCase):
   """A test case like upstream's `InterpretTest`, with a hang guard.
 
   Each test class of this directory holds the tests of one patch of the
-  series; `python -m jax_fork export-upstream` copies its test methods (and
-  helper methods), unchanged but for the code fenced for older releases, into
-  upstream's `InterpretTest` class. What upstream's class does in `setUp`
-  is done here; the hang guard (`fail_instead_of_hanging`) is ours only.
+  series; `python -m jax_fork export-upstream` writes it into upstream's
+  `tpu_pallas_interpret_test.py` as a `jtu.JaxTestCase` with the decorators
+  and `setUp` of upstream's `InterpretTest`, and its methods unchanged but
+  for the code fenced for older releases. What upstream's `setUp` does is
+  done here; the hang guard (`fail_instead_of_hanging`) is ours only.
   """
 
   def setUp(self):
@@ -126,8 +127,9 @@ class InterpretTestCase(jtu.JaxTestCase):
 class InterpretDistributedTestCase(jtu.JaxTestCase):
   """A test case like upstream's `InterpretDistributedTest`, with a hang guard.
 
-  The test methods go to upstream's `InterpretDistributedTest` class (see
-  `InterpretTestCase`).
+  Classes derived from it go to upstream's
+  `tpu_pallas_interpret_distributed_test.py`, with the decorators and `setUp`
+  of `InterpretDistributedTest` (see `InterpretTestCase`).
   """
 
   def setUp(self):
@@ -140,18 +142,22 @@ class InterpretDistributedTestCase(jtu.JaxTestCase):
 
 
 def interpret_params(**kwargs) -> pltpu.InterpretParams:
-  """Returns `InterpretParams` that warn, rather than raise, on races.
+  """Returns `InterpretParams` of the fields given, on every served release.
+
+  Fields that a release names differently are renamed; those it lacks, and
+  whose absence means what the tests ask (`on_race='warn'`: releases before
+  jax 0.12 record races and never raise), are dropped.
 
   Args:
-    **kwargs: Fields of `InterpretParams`.
+    **kwargs: Fields of `InterpretParams`, as jax HEAD names them.
 
   Returns:
     The parameters.
   """
-  fields = {f.name for f in dataclasses.fields(pltpu.InterpretParams)}
-  if kwargs.get('detect_races') and 'on_race' in fields:
-    kwargs['on_race'] = 'warn'
   # Older jax releases: begin.
+  fields = {f.name for f in dataclasses.fields(pltpu.InterpretParams)}
+  if kwargs.get('on_race') == 'warn' and 'on_race' not in fields:
+    del kwargs['on_race']
   if 'num_cores_or_threads' in kwargs and 'num_cores_or_threads' not in fields:
     old_name = (
         'num_cores_or_threads_per_device'

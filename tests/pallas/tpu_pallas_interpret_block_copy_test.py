@@ -66,7 +66,9 @@ class InterpretBlockCopyTest(test_util.InterpretTestCase):
         in_specs=[pl.BlockSpec((8, 128), lambda i: (i // 2, 0))],
         out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
         out_shape=jax.ShapeDtypeStruct((6 * 8, 128), np.float32),
-        interpret=test_util.interpret_params(detect_races=detect_races),
+        interpret=test_util.interpret_params(
+            detect_races=detect_races, on_race='warn'
+        ),
     )(x)
 
     expected = np.concatenate(
@@ -107,7 +109,9 @@ class InterpretBlockCopyTest(test_util.InterpretTestCase):
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=('parallel', 'parallel', 'arbitrary')
         ),
-        interpret=test_util.interpret_params(detect_races=detect_races),
+        interpret=test_util.interpret_params(
+            detect_races=detect_races, on_race='warn'
+        ),
     )(x, y)
 
     np.testing.assert_array_equal(z, x @ y)
@@ -164,7 +168,7 @@ class InterpretBlockCopyTest(test_util.InterpretTestCase):
             dimension_semantics=('parallel',)
         ),
         interpret=test_util.interpret_params(
-            num_cores_or_threads=2, detect_races=True
+            num_cores_or_threads=2, detect_races=True, on_race='warn'
         ),
     )(x)
 

@@ -113,7 +113,9 @@ class InterpretCallbackArgsTest(test_util.InterpretTestCase):
         out_specs=spec,
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
         scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)],
-        interpret=test_util.interpret_params(detect_races=detect_races),
+        interpret=test_util.interpret_params(
+            detect_races=detect_races, on_race='warn'
+        ),
     )
     x_device = jnp.asarray(x)
     with self._record_callbacks() as record:

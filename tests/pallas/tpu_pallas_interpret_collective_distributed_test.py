@@ -63,6 +63,7 @@ class InterpretCollectiveRunScopedDistributedTest(
             allow_collective_axes_in_run_scoped=True,
             dma_execution_mode=dma_execution_mode,
             detect_races=detect_races,
+            on_race='warn',
         ),
     )
     def kernel(x_ref, o_ref):

@@ -62,6 +62,7 @@ class InterpretCollectiveRunScopedTest(test_util.InterpretTestCase):
             allow_collective_axes_in_run_scoped=True,
             dma_execution_mode=dma_execution_mode,
             detect_races=True,
+            on_race='warn',
             uninitialized_memory='zero',
         ),
     )
@@ -175,6 +176,7 @@ class InterpretCollectiveRunScopedTest(test_util.InterpretTestCase):
             allow_non_decrementing_semaphore_wait=True,
             allow_collective_axes_in_run_scoped=True,
             detect_races=True,
+            on_race='warn',
         ),
     )
     def kernel(x_ref, o_ref, acc_ref):
@@ -243,6 +245,7 @@ class InterpretCollectiveRunScopedTest(test_util.InterpretTestCase):
         interpret=test_util.interpret_params(
             allow_collective_axes_in_run_scoped=True,
             detect_races=True,
+            on_race='warn',
         ),
     )
     def kernel(x_ref, o_ref):
@@ -294,6 +297,7 @@ class InterpretCollectiveRunScopedTest(test_util.InterpretTestCase):
             allow_non_decrementing_semaphore_wait=True,
             allow_collective_axes_in_run_scoped=True,
             detect_races=True,
+            on_race='warn',
         ),
     )
     def kernel(x_ref, o_ref, row_ref):

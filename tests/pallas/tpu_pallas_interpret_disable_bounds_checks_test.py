@@ -63,7 +63,7 @@ class InterpretDisableBoundsChecksTest(test_util.InterpretTestCase):
         out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
         compiler_params=pltpu.CompilerParams(
             disable_bounds_checks=disable_bounds_checks),
-        interpret=test_util.interpret_params(**kwargs),
+        interpret=test_util.interpret_params(on_race='warn', **kwargs),
     )(x)
 
   def test_disable_bounds_checks_reads_uninitialized_values_past_the_end(self):

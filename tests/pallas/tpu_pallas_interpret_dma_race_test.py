@@ -63,7 +63,9 @@ class InterpretDmaRaceTest(test_util.InterpretTestCase):
             pltpu.SemaphoreType.DMA,
         ],
         interpret=test_util.interpret_params(
-            detect_races=True, dma_execution_mode=dma_execution_mode
+            detect_races=True,
+            on_race='warn',
+            dma_execution_mode=dma_execution_mode,
         ),
     )
     return x, jax.block_until_ready(call(jnp.asarray(x)))

@@ -143,7 +143,7 @@ class InterpretErrorLocationTest(test_util.InterpretTestCase):
         out_type=jax.ShapeDtypeStruct((2, 8, 128), jnp.float32),
         mesh=test_util.tensorcore_mesh(axis_name='core', num_cores=2),
         scratch_types=[pltpu.VMEM((8, 128), jnp.float32)],
-        interpret=test_util.interpret_params(detect_races=True),
+        interpret=test_util.interpret_params(detect_races=True, on_race='warn'),
     )(body)
     line = re.escape(self._line_of(body, 'o_hbm.at[0]'))
     with self._race_reports() as reports:
@@ -172,7 +172,7 @@ class InterpretErrorLocationTest(test_util.InterpretTestCase):
             pltpu.SemaphoreType.DMA,
         ],
         interpret=test_util.interpret_params(
-            detect_races=True, dma_execution_mode='eager'
+            detect_races=True, on_race='warn', dma_execution_mode='eager'
         ),
     )
     start = re.escape(self._line_of(kernel, '.start()'))

@@ -102,7 +102,7 @@ class InterpretSparseCoreRefEffectsTest(test_util.InterpretTestCase):
             pltpu.VMEM(x.shape, jnp.int32),
             *scratch_types,
         ),
-        interpret=test_util.interpret_params(**params),
+        interpret=test_util.interpret_params(on_race='warn', **params),
     )
     def kernel(x_hbm, o_hbm, x_vmem, o_vmem, *scratch):
       @pl.when(jax.lax.axis_index('subcore') == 0)
@@ -284,7 +284,9 @@ class InterpretSparseCoreRefEffectsTest(test_util.InterpretTestCase):
             pltpu.VMEM((2, 8), jnp.int32),
             pltpu.SMEM((2,), jnp.int32),
         ),
-        interpret=test_util.interpret_params(detect_races=detect_races),
+        interpret=test_util.interpret_params(
+            detect_races=detect_races, on_race='warn'
+        ),
     )
     def kernel(o_hbm, vmem, smem):
       subcore = jax.lax.axis_index('subcore')

@@ -91,11 +91,7 @@ class InterpretManualAxesDistributedTest(
       def body(ready_sem, send_sem, recv_sem):
         my_id = lax.axis_index('x')
         peer = my_id + 1 - 2 * (my_id % 2)
-        pl.semaphore_signal(
-            ready_sem,
-            device_id=peer,
-            device_id_type=pl.DeviceIdType.LOGICAL,
-        )
+        pl.semaphore_signal(ready_sem, device_id=peer)
         pl.semaphore_wait(ready_sem)
         copy = pltpu.async_remote_copy(
             x_ref,
@@ -103,7 +99,6 @@ class InterpretManualAxesDistributedTest(
             send_sem,
             recv_sem,
             peer,
-            device_id_type=pl.DeviceIdType.LOGICAL,
         )
         copy.wait_send()
         copy.wait_recv()

@@ -109,6 +109,8 @@ class InterpretExplicitMXUTest(test_util.InterpretTestCase):
       # float32 sums of 512 products, in another order than float64's.
       np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-4)
 
+  # Older jax releases only: jax 0.11.2 and newer have no accumulator
+  # addresses.
   def test_accumulate_in_two_slices_of_two_mxus(self):
     # Older jax releases: begin.
     if jax.__version_info__ >= (0, 11, 2):

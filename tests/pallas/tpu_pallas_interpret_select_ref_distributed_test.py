@@ -98,7 +98,8 @@ class InterpretSelectRefDistributedTest(
         scratch_shapes=[pltpu.SemaphoreType.DMA((2,))] * 2,
         compiler_params=pltpu.CompilerParams(collective_id=3),
         interpret=test_util.interpret_params(
-            dma_execution_mode=dma_execution_mode, detect_races=detect_races
+            dma_execution_mode=dma_execution_mode, detect_races=detect_races,
+            on_race='warn'
         ),
     )
     run = jax.jit(

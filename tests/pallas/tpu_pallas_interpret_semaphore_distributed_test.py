@@ -97,7 +97,8 @@ class InterpretSemaphoreDistributedTest(test_util.InterpretDistributedTestCase):
         compiler_params=pltpu.CompilerParams(collective_id=7),
         interpret=test_util.interpret_params(
             allow_non_decrementing_semaphore_wait=True,
-            dma_execution_mode=dma_execution_mode, detect_races=detect_races
+            dma_execution_mode=dma_execution_mode, detect_races=detect_races,
+            on_race='warn'
         ),
     )
     run = jax.jit(

@@ -66,7 +66,7 @@ class InterpretLocalSignalTest(test_util.InterpretTestCase):
             pltpu.VMEM((8, 128), out_type.dtype),
             pltpu.SemaphoreType.REGULAR,
         ],
-        interpret=test_util.interpret_params(**params),
+        interpret=test_util.interpret_params(on_race='warn', **params),
     )
 
   def test_local_signal_targets_calling_core(self):
@@ -165,7 +165,8 @@ class InterpretSemaphoreReadTest(test_util.InterpretTestCase):
                 pltpu.SemaphoreType.DMA,
             ],
             interpret=test_util.interpret_params(
-                dma_execution_mode=dma_execution_mode, detect_races=True
+                dma_execution_mode=dma_execution_mode, detect_races=True,
+                on_race='warn'
             ),
         )(x)
     )
@@ -180,8 +181,7 @@ class InterpretSemaphoreReadTest(test_util.InterpretTestCase):
 class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
   """Tests of `pl.semaphore_wait(..., decrement=False)` (patch 0003)."""
 
-  # The helper of the tests of patch 0001, which upstream's InterpretTest has
-  # before this class's tests are added to it.
+  # The kernel of InterpretLocalSignalTest's tests.
   _core_kernel = InterpretLocalSignalTest._core_kernel
 
   @parameterized.parameters(False, True)
@@ -219,6 +219,7 @@ class InterpretNonDecrementingWaitTest(test_util.InterpretTestCase):
             interpret=test_util.interpret_params(
                 allow_non_decrementing_semaphore_wait=True,
                 detect_races=detect_races,
+                on_race='warn',
             ),
         )()
     )

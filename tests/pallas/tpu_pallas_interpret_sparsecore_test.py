@@ -88,7 +88,7 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
         or jax.ShapeDtypeStruct((num_cores, num_subcores, 8), jnp.int32),
         mesh=mesh,
         scratch_types=scratch_types,
-        interpret=test_util.interpret_params(**params),
+        interpret=test_util.interpret_params(on_race='warn', **params),
     )
 
   @parameterized.parameters(1, 2)
@@ -283,19 +283,13 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
   def test_sparse_core_signal_and_dma_reach_sparse_core_and_subcore(
       self, other_core, other_subcore, dma
   ):
-    # Subcore (c, s) sends 100 * c + s + 1 to its peer. A device_id dict naming
-    # the core or subcore axis raises: Mosaic's lowering drops those axes in a
-    # SparseCore kernel (the short circuit in `_device_id_to_logical`).
+    # Subcore (c, s) sends 100 * c + s + 1 to its peer.
     # Older jax releases: begin.
     if not other_subcore and jax.__version_info__ < (0, 10, 2):
       self.skipTest(
           "jax 0.10.0 and 0.10.1 lower core_index as Mosaic's flat core ID"
           ' (num_subcores * core + subcore), and so do their series'
       )
-    # 0.10.0's lowering drops them in a DMA only; 0.12's routes them.
-    first = (0, 10, 0) if dma else (0, 10, 1)
-    dropped = other_subcore and first <= jax.__version_info__ < (0, 12, 0)
-    # At jax HEAD: dropped = other_subcore
     # Older jax releases: end.
 
     def peer(core, subcore):
@@ -335,11 +329,18 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
         dst_ref[...] = jnp.full((8,), peer_value, jnp.int32)
       pltpu.sync_copy(dst_ref, o_ref.at[core, subcore])
 
-    if dropped:
+    # Older jax releases: begin.
+    # A device_id dict naming the core or subcore axis raises where Mosaic's
+    # lowering drops those axes in a SparseCore kernel (the short circuit in
+    # `_device_id_to_logical`): in a DMA from jax 0.10.0, in a signal from
+    # 0.10.1, until 0.12 routes them.
+    first = (0, 10, 0) if dma else (0, 10, 1)
+    if other_subcore and first <= jax.__version_info__ < (0, 12, 0):
       op = 'dma_start' if dma else 'semaphore_signal'
       with self.assertRaisesRegex(NotImplementedError, op + ' with a device'):
         kernel()
       return
+    # Older jax releases: end.
     peer_core, peer_subcore = peer(np.arange(2)[:, None], np.arange(16))
     expected = 100 * peer_core + peer_subcore + 1
     np.testing.assert_array_equal(
@@ -386,7 +387,7 @@ class InterpretSparseCoreTest(_SparseCoreTestCase):
 @jtu.thread_unsafe_test_class()
 class InterpretSparseCoreLoadStoreTest(_SparseCoreTestCase):
 
-  # Upstream's class gets it with the tests of `InterpretSparseCoreTest`.
+  # The kernel of InterpretSparseCoreTest's tests.
   _sparse_core_kernel = InterpretSparseCoreTest._sparse_core_kernel
 
   def _run_on_subcore_0(self, body, out_type, *operands, **params):

@@ -119,7 +119,9 @@ class InterpretStepCopyTest(test_util.InterpretTestCase):
         in_specs=[spec, spec, spec],
         out_specs=spec,
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        interpret=test_util.interpret_params(detect_races=detect_races),
+        interpret=test_util.interpret_params(
+            detect_races=detect_races, on_race='warn'
+        ),
     )
     with self._count_input_copies() as counts:
       out = jax.block_until_ready(call(x, y, z))
@@ -370,7 +372,7 @@ class InterpretStepCopyTest(test_util.InterpretTestCase):
             dimension_semantics=('parallel',)
         ),
         interpret=test_util.interpret_params(
-            num_cores_or_threads=2, detect_races=True
+            num_cores_or_threads=2, detect_races=True, on_race='warn'
         ),
     )(x, y)
 

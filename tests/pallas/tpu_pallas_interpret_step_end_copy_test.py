@@ -128,7 +128,9 @@ class InterpretStepEndCopyTest(test_util.InterpretTestCase):
         in_specs=[spec, spec],
         out_specs=spec,
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        interpret=test_util.interpret_params(detect_races=detect_races),
+        interpret=test_util.interpret_params(
+            detect_races=detect_races, on_race='warn'
+        ),
     )
     with self._count_block_copy_callbacks() as counts:
       out = jax.block_until_ready(call(x, y))
@@ -181,7 +183,9 @@ class InterpretStepEndCopyTest(test_util.InterpretTestCase):
         out_specs=pl.BlockSpec((8, 128), lambda i: (i + 1, 0)),
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
         input_output_aliases={0: 0},
-        interpret=test_util.interpret_params(detect_races=detect_races),
+        interpret=test_util.interpret_params(
+            detect_races=detect_races, on_race='warn'
+        ),
     )(x)
 
     expected = np.concatenate([x[:8] + k for k in range(4)])
@@ -327,7 +331,7 @@ class InterpretStepEndCopyTest(test_util.InterpretTestCase):
             dimension_semantics=('parallel', 'arbitrary')
         ),
         interpret=test_util.interpret_params(
-            num_cores_or_threads=2, detect_races=True
+            num_cores_or_threads=2, detect_races=True, on_race='warn'
         ),
     )(x, y)
 
