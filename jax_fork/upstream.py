@@ -247,9 +247,10 @@ CHANGES = (
             '`NotImplementedError` in TPU interpret mode. With the new '
             '`InterpretParams(allow_non_decrementing_semaphore_wait=True)`, '
             "it blocks until the calling core's count reaches `value` and "
-            'leaves the count unchanged. The option defaults to `False` '
-            'because the Mosaic TPU compiler does not support '
-            'non-decrementing waits.'),
+            'leaves the count unchanged, as `pl.semaphore_wait` documents and '
+            'Mosaic GPU implements, so kernels written that way can be '
+            'prototyped on CPU. The option defaults to `False` because the '
+            'Mosaic TPU compiler does not support non-decrementing waits.'),
         tests=_tests(_SEMAPHORE, 'InterpretNonDecrementingWaitTest',
                      'InterpretSemaphoreDistributedTest'),
     ),
@@ -261,8 +262,9 @@ CHANGES = (
             '`InterpretParams(allow_collective_axes_in_run_scoped=True)`, a '
             '`run_scoped` over the core axes of a `pltpu.TensorCoreMesh` '
             'gives all cores of a device one shared buffer and one count per '
-            'semaphore. The option defaults to `False` because the Mosaic TPU '
-            'compiler does not support `collective_axes`.'),
+            'semaphore, as `pl.run_scoped` documents and Mosaic GPU does for '
+            "a block's warpgroups. The option defaults to `False` because the "
+            'Mosaic TPU compiler does not support `collective_axes`.'),
         tests=_tests(_COLLECTIVE, 'InterpretCollectiveRunScopedTest',
                      'InterpretCollectiveRunScopedDistributedTest'),
         # The review of 2026-12-05 asks to cut the stack by logical change,
@@ -517,13 +519,13 @@ CHANGES = (
     Change(
         prefix='0025',
         summary=(
-            'With `jax_use_emit_pipeline_primitive` on, `pltpu.emit_pipeline` '
-            'binds an `emit_pipeline` primitive that TPU interpret mode had '
-            'no rule for. The interpreter now traces and interprets the same '
-            'pipeline that Mosaic lowers, so its DMAs, semaphores and loops '
-            'run with interpret-mode semantics and the body sees the '
-            "pipeline's step indices and grid through `pl.program_id` and "
-            '`pl.num_programs`.'),
+            "TPU interpret mode's rule for the `emit_pipeline` primitive "
+            '(bound with `jax_use_emit_pipeline_primitive` on) gives '
+            "`pl.num_programs` in the body the enclosing kernel's grid size, "
+            "not the pipeline's, which is wrong for a pipeline whose grid is "
+            'sized at run time. This replaces the rule: the interpreter '
+            'traces and interprets the same pipeline that Mosaic lowers, with '
+            "the pipeline's step indices and grid in the body."),
         tests=_tests(_EMIT_PIPELINE_PRIMITIVE,
                      'InterpretEmitPipelinePrimitiveTest'),
     ),
@@ -648,7 +650,10 @@ CHANGES = (
             'CPU, `pltpu.get_tpu_info()` raises an error, which broke '
             '`emit_pipeline`, the SparseCore meshes and '
             '`buffer_bounds="padded"` unless callers set a TPU abstract mesh '
-            'with `jax.sharding.use_abstract_mesh`.'),
+            'with `jax.sharding.use_abstract_mesh`. Under '
+            '`force_tpu_interpret_mode` or `set_tpu_interpret_mode` with a '
+            '`device_kind`, the abstract mesh in context gets that TPU as its '
+            'abstract device.'),
         tests=_tests(_SIMULATED_TPU, 'InterpretSimulatedTpuTest'),
     ),
     Change(
@@ -1401,10 +1406,10 @@ def add_test_class(upstream_source: str, upstream_class: str, name: str,
                    set_up: list[str] | tuple[str, ...] = ()) -> str:
   """Returns upstream's test file with a test class of ours added at its end.
 
-  The class is ``jtu.JaxTestCase`` with the decorators (and the comment lines
-  above them) and the ``setUp`` of upstream's class in that file, as
-  upstream's tests run, followed by what our ``setUp`` does beyond it, our
-  class's attributes and its methods. It goes after the file's last class.
+  The class is ``jtu.JaxTestCase`` with the decorators and the ``setUp`` of
+  upstream's class in that file, as upstream's tests run, followed by what
+  our ``setUp`` does beyond it, our class's attributes and its methods. It
+  goes after the file's last class.
 
   Args:
     upstream_source: upstream's test file.
@@ -1435,13 +1440,8 @@ def add_test_class(upstream_source: str, upstream_class: str, name: str,
         f'Upstream\'s test file already has a class {name}; rename ours.')
   lines = upstream_source.splitlines(keepends=True)
   base = base[0]
-  start = min([base.lineno] + [d.lineno for d in base.decorator_list]) - 1
-  while start > 0 and lines[start - 1].strip().startswith('#'):
-    start -= 1
-  header = ''.join(lines[start:min([base.lineno] + [
-      d.lineno for d in base.decorator_list]) - 1])
-  header += ''.join(f'@{ast.get_source_segment(upstream_source, d)}\n'
-                    for d in base.decorator_list)
+  header = ''.join(f'@{ast.get_source_segment(upstream_source, d)}\n'
+                   for d in base.decorator_list)
   set_ups = [n for n in base.body
              if isinstance(n, ast.FunctionDef) and n.name == 'setUp']
   upstream_set_up = '  def setUp(self):\n    super().setUp()\n'
