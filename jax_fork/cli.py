@@ -378,10 +378,11 @@ def _export_upstream(patches_dir: str) -> tuple[int, str]:
                 else os.path.join('dist', 'upstream'))
   jax_repo = os.path.abspath(_JAX_REPO.value)
   manifest = manifest_lib.load(patches_dir)
-  base_release = {
-      'newest': lambda: upstream.newest_release(manifest, jax_repo),
-      'checkout': lambda: None,
-  }.get(_BASE_RELEASE.value, lambda: _BASE_RELEASE.value)()
+  base_release = _BASE_RELEASE.value
+  if base_release == 'newest':
+    base_release = upstream.newest_release(manifest, jax_repo)
+  elif base_release == 'checkout':
+    base_release = None
   written = upstream.export(jax_repo, output_dir, tests_dir, manifest,
                             _SERIES.value, _TEST_PYTHON.value, base_release)
   if _JSON.value:

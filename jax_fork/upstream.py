@@ -1221,20 +1221,14 @@ def extract_methods(source: str, class_name: str) -> list[tuple[str, str]]:
   Raises:
     PatchDataError: the file has no such class, or it has no test method.
   """
-  tree = ast.parse(source)
-  classes = [n for n in tree.body
-             if isinstance(n, ast.ClassDef) and n.name == class_name]
-  if not classes:
-    raise errors.PatchDataError(f'No test class {class_name}.')
   lines = source.splitlines(keepends=True)
   methods = []
-  for node in classes[0].body:
+  for node in _class(source, class_name).body:
     if not isinstance(node, ast.FunctionDef) or node.name in (
         'setUp', 'tearDown', 'setUpClass', 'tearDownClass'):
       continue
-    start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
-    while start > 0 and lines[start - 1].strip().startswith('#'):
-      start -= 1
+    start = _comments_above(lines, min(
+        [node.lineno] + [d.lineno for d in node.decorator_list]) - 1)
     if any(line.strip().startswith(OLDER_RELEASES_ONLY)
            for line in lines[start:node.lineno]):
       continue
@@ -1259,9 +1253,7 @@ def extract_attributes(source: str, class_name: str) -> list[str]:
   for node in _class(source, class_name).body:
     if not isinstance(node, (ast.Assign, ast.AnnAssign)):
       continue
-    start = node.lineno - 1
-    while start > 0 and lines[start - 1].strip().startswith('#'):
-      start -= 1
+    start = _comments_above(lines, node.lineno - 1)
     out.append(for_jax_head(''.join(lines[start:node.end_lineno])))
   return out
 
@@ -1281,6 +1273,13 @@ def extract_set_up(source: str, class_name: str) -> list[str]:
       return [line for line in body
               if line.strip() and line.strip() != 'super().setUp()']
   return []
+
+
+def _comments_above(lines: list[str], start: int) -> int:
+  """Returns the index of the first comment line right above line ``start``."""
+  while start > 0 and lines[start - 1].strip().startswith('#'):
+    start -= 1
+  return start
 
 
 def _class(source: str, class_name: str) -> ast.ClassDef:
