@@ -67,14 +67,18 @@ UPSTREAM_TEST = (os.path.join(TEST_DIR, 'tpu_pallas_interpret_test.py'),
 UPSTREAM_DISTRIBUTED_TEST = (
     os.path.join(TEST_DIR, 'tpu_pallas_interpret_distributed_test.py'),
     'InterpretDistributedTest')
+# A file of ours named `memories_*_test.py` tests a fix to jax's lowering
+# (0044), not Pallas: its classes go to upstream's tests of memory kinds,
+# with no upstream class's decorators or setUp (theirs skip on CPU).
+UPSTREAM_MEMORIES_TEST = (os.path.join('tests', 'memories_test.py'), None)
 # The only paths an exported commit may touch: the interpreter, the PRNG
-# primitives (0042), the lowering of jitted functions (0044) and the BUILD
-# file of their targets. No changelog:
+# primitives (0042), the lowering of jitted functions (0044), their tests and
+# the BUILD file of their targets. No changelog:
 # upstream's interpreter commits add none, and entries of stacked PRs would
 # conflict.
 ALLOWED_PATHS = ('jax/_src/pallas/mosaic/interpret/', 'jax/_src/random/prng.py',
                  'jax/_src/interpreters/mlir.py', 'jax/_src/BUILD',
-                 'tests/pallas/')
+                 'tests/pallas/', 'tests/memories_test.py', 'tests/BUILD')
 
 # The tests also run on older jax releases. The code that only those need is
 # fenced by these comment lines; inside a fence, a comment
@@ -108,9 +112,11 @@ class TestClass:
   name: str
 
   @property
-  def upstream(self) -> tuple[str, str]:
+  def upstream(self) -> tuple[str, str | None]:
     """Upstream's test file (relative to the checkout) and the class there
     whose decorators and ``setUp`` ours takes (``add_test_class``)."""
+    if self.file.startswith('memories_'):
+      return UPSTREAM_MEMORIES_TEST
     return (UPSTREAM_DISTRIBUTED_TEST if '_distributed_' in self.file
             else UPSTREAM_TEST)
 
@@ -191,6 +197,7 @@ _CORE_DEVICE_ID = 'tpu_pallas_interpret_core_device_id_test.py'
 _DYNAMIC_GRID = 'tpu_pallas_interpret_dynamic_grid_test.py'
 _SPARSECORE_BITCAST = 'tpu_pallas_interpret_sparsecore_bitcast_test.py'
 _PRNG_UNSUPPORTED = 'tpu_pallas_interpret_prng_unsupported_test.py'
+_MEMORIES_ORDERED_EFFECTS = 'memories_ordered_effects_test.py'
 _HOST_DMA = 'tpu_pallas_interpret_host_dma_test.py'
 _REVISIT_ANY = 'tpu_pallas_interpret_revisit_test.py'
 _DMA_SEMAPHORE_COUNT = 'tpu_pallas_interpret_dma_semaphore_count_test.py'
@@ -520,12 +527,12 @@ CHANGES = (
         prefix='0025',
         summary=(
             "TPU interpret mode's rule for the `emit_pipeline` primitive "
-            '(bound with `jax_use_emit_pipeline_primitive` on) gives '
-            "`pl.num_programs` in the body the enclosing kernel's grid size, "
-            "not the pipeline's, which is wrong for a pipeline whose grid is "
-            'sized at run time. This replaces the rule: the interpreter '
-            'traces and interprets the same pipeline that Mosaic lowers, with '
-            "the pipeline's step indices and grid in the body."),
+            '(bound with `jax_use_emit_pipeline_primitive` on) gave '
+            "`pl.num_programs` in the body the kernel's grid size, not the "
+            "pipeline's, and failed on `pl.MemorySpace.KEY` blocks, nested "
+            'pipelines and, under `vmap`, `pl.num_programs` in index maps. It '
+            'now does as Mosaic does; 21 of upstream\'s pipeline tests that '
+            'failed pass.'),
         tests=_tests(_EMIT_PIPELINE_PRIMITIVE,
                      'InterpretEmitPipelinePrimitiveTest'),
     ),
@@ -738,16 +745,25 @@ CHANGES = (
     Change(
         prefix='0044',
         summary=(
-            'Kernels that copy between host memory (`pl.HOST`) and HBM with '
-            '`pltpu.sync_copy` or `pltpu.async_copy` now run in TPU interpret '
-            'mode, which treats host refs as HBM buffers. This also fixes a '
-            '`ValueError` when lowering a jitted function that has ordered '
-            'effects and inputs or outputs in a non-default memory kind, '
-            'which also affected `io_callback(..., ordered=True)`.'),
-        tests=_tests(_HOST_DMA, 'InterpretHostDmaTest'),
+            'A jitted function with ordered effects, such as '
+            '`io_callback(..., ordered=True)`, whose outputs are in another '
+            'memory kind (`pinned_host`) failed to lower with `ValueError: '
+            'safe_zip()`: `lower_jaxpr_to_fun` prefixed the result memory '
+            "kinds with the effects' tokens, but not the propagated ones. "
+            'Both now get the prefix.'),
+        tests=_tests(_MEMORIES_ORDERED_EFFECTS, 'OrderedEffectsMemoriesTest'),
     ),
     Change(
         prefix='0045',
+        summary=(
+            'Kernels that copy between host memory (`pl.HOST`) and HBM with '
+            '`pltpu.sync_copy` or `pltpu.async_copy` failed in TPU interpret '
+            'mode with a `KeyError`. The interpreter now treats host refs as '
+            'HBM buffers, so such a DMA is a copy.'),
+        tests=_tests(_HOST_DMA, 'InterpretHostDmaTest'),
+    ),
+    Change(
+        prefix='0046',
         summary=(
             'TPU interpret mode now supports outputs with '
             '`pipeline_mode=pl.Buffered(1, revisit=pl.RevisitMode.ANY)`: like '
@@ -759,7 +775,7 @@ CHANGES = (
         tests=_tests(_REVISIT_ANY, 'InterpretRevisitAnyTest'),
     ),
     Change(
-        prefix='0046',
+        prefix='0047',
         summary=(
             'In TPU interpret mode, a DMA signaled its semaphore with the '
             'number of bytes copied, while a TPU counts 32-byte units of the '
@@ -770,7 +786,7 @@ CHANGES = (
         tests=_tests(_DMA_SEMAPHORE_COUNT, 'InterpretDmaSemaphoreCountTest'),
     ),
     Change(
-        prefix='0047',
+        prefix='0048',
         summary=(
             'At the default precision, a TPU rounds float32 matmul operands '
             'to bfloat16, so a kernel could pass in interpret mode but lose '
@@ -781,7 +797,7 @@ CHANGES = (
         tests=_tests(_MATMUL_PRECISION, 'InterpretMatmulPrecisionTest'),
     ),
     Change(
-        prefix='0048',
+        prefix='0049',
         summary=(
             'Out-of-bounds errors and race reports in TPU interpret mode now '
             'name the kernel argument, the kernel source line of the access, '
@@ -792,7 +808,7 @@ CHANGES = (
         tests=_tests(_ERROR_LOCATION, 'InterpretErrorLocationTest'),
     ),
     Change(
-        prefix='0049',
+        prefix='0050',
         summary=(
             "With `dma_execution_mode='on_wait'` (the default) and "
             '`detect_races=True`, a DMA that was never waited for never '
@@ -803,7 +819,7 @@ CHANGES = (
         tests=_tests(_DMA_RACE, 'InterpretDmaRaceTest'),
     ),
     Change(
-        prefix='0050',
+        prefix='0051',
         summary=(
             'Adds `InterpretParams(on_nonzero_semaphore_at_exit=...)`, which '
             'controls what happens when a kernel ends with a non-zero '
@@ -814,7 +830,7 @@ CHANGES = (
         tests=_tests(_NONZERO_SEMAPHORE, 'InterpretNonzeroSemaphoreTest'),
     ),
     Change(
-        prefix='0051',
+        prefix='0052',
         summary=(
             'Mosaic rejects a kernel whose VMEM blocks or scratch operands '
             "exceed the TPU's VMEM or the kernel's scoped VMEM limit, but "
@@ -855,6 +871,18 @@ CHANGES = (
                'interpreter returned zeros, and patch 0009, which draws '
                'bits, does not carry (0.10 does not order its callbacks). '
                'Not for upstream, whose interpreter is newer.'),
+    ),
+    Change(
+        prefix=None,
+        tests=_tests(_EMIT_PIPELINE_PRIMITIVE,
+                     'InterpretEmitPipelinePrimitiveTest'),
+        subject=('[Pallas] In TPU Interpret Mode, run the `emit_pipeline` '
+                 'primitive.'),
+        notes=('Only the series for jax 0.11.0 and 0.11.1 have this patch: '
+               'their interpreters have no rule for the `emit_pipeline` '
+               'primitive, so it adds one, where 0025 fixes the rule of jax '
+               '0.11.2 and newer (the same tests). Not for upstream, whose '
+               'interpreter is newer.'),
     ),
 )
 
@@ -1397,7 +1425,8 @@ def add_import(source: str, line: str) -> str:
   return ''.join(lines)
 
 
-def add_test_class(upstream_source: str, upstream_class: str, name: str,
+def add_test_class(upstream_source: str, upstream_class: str | None,
+                   name: str,
                    methods: list[tuple[str, str]],
                    imports: dict[str, str],
                    side_effects: list[str] | tuple[str, ...] = (),
@@ -1408,12 +1437,13 @@ def add_test_class(upstream_source: str, upstream_class: str, name: str,
   The class is ``jtu.JaxTestCase`` with the decorators and the ``setUp`` of
   upstream's class in that file, as upstream's tests run, followed by what
   our ``setUp`` does beyond it, our class's attributes and its methods. It
-  goes after the file's last class.
+  goes after the file's last class. It has a ``setUp`` only where upstream's
+  class or ours has one that does something.
 
   Args:
     upstream_source: upstream's test file.
     upstream_class: its test class whose decorators and ``setUp`` the new
-      class takes.
+      class takes, or None for none.
     name: the new class's name.
     methods: ``(name, text)`` of each method (``extract_methods``).
     imports: the import lines of our test file (``import_lines``).
@@ -1431,17 +1461,16 @@ def add_test_class(upstream_source: str, upstream_class: str, name: str,
   tree = ast.parse(upstream_source)
   classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
   base = [n for n in classes if n.name == upstream_class]
-  if not base:
+  if upstream_class is not None and not base:
     raise errors.PatchDataError(
         f'Upstream has no test class {upstream_class}.')
   if name in {n.name for n in classes}:
     raise errors.PatchDataError(
         f'Upstream\'s test file already has a class {name}; rename ours.')
   lines = upstream_source.splitlines(keepends=True)
-  base = base[0]
   header = ''.join(f'@{ast.get_source_segment(upstream_source, d)}\n'
-                   for d in base.decorator_list)
-  set_ups = [n for n in base.body
+                   for b in base for d in b.decorator_list)
+  set_ups = [n for b in base for n in b.body
              if isinstance(n, ast.FunctionDef) and n.name == 'setUp']
   upstream_set_up = '  def setUp(self):\n    super().setUp()\n'
   if set_ups:
@@ -1460,7 +1489,8 @@ def add_test_class(upstream_source: str, upstream_class: str, name: str,
           'file lacks; use upstream\'s names (or fence the code for older '
           'releases).')
     needed |= missing
-  body = [upstream_set_up.rstrip('\n') + '\n' + ''.join(set_up)]
+  body = ([upstream_set_up.rstrip('\n') + '\n' + ''.join(set_up)]
+          if set_ups or set_up else [])
   body += list(attributes)
   body += [text for _, text in methods]
   text = (f'\n\n{header}class {name}(jtu.JaxTestCase):\n\n'
@@ -1565,6 +1595,10 @@ def pr_description(message: str, number: int, total: int, stat: str,
       f'{number} commit(s) of this stack (`git am --keep-non-patch`):\n\n'
       + ''.join(f'    {pytest_runs.command_line(args)}\n'
                 for args in pytest_runs.TPU_COMMANDS)
+      + ''.join(f'    {pytest_runs.command_line((file,))}\n'
+                for file in dict.fromkeys(
+                    file for file, _, _ in tests
+                    if os.path.dirname(file) != TEST_DIR))
       + '\nand the same for each other '
       f'`{pytest_runs.OTHER_PATTERN}` (the GPU interpreter\'s tests).')
   return (f'# {subject}\n\nPR {number} of {total}. {depends}\n\n'
@@ -1649,14 +1683,18 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
   os.makedirs(staged)
   upstream_tests = sorted({t.upstream[0] for c in CHANGES for t in c.tests})
   # Only jax/ (the files the export touches, and the modules and BUILD
-  # files the Bazel deps are found in), and tests/pallas/ are
-  # checked out; the index holds the rest of HEAD, so the commits change
-  # nothing else.
+  # files the Bazel deps are found in), tests/pallas/ and the other test files
+  # that get our tests are checked out; the index holds the rest of HEAD, so
+  # the commits change nothing else.
   _git(['worktree', 'add', '--detach', '--no-checkout', worktree, 'HEAD'],
        jax_repo)
   try:
     _git(['read-tree', 'HEAD'], worktree)
-    paths = ['jax', TEST_DIR]
+    others = [t for t in upstream_tests if os.path.dirname(t) != TEST_DIR]
+    builds = [os.path.join(os.path.dirname(t), b)
+              for t in others for b in bazel_deps.BUILD_FILES]
+    paths = ['jax', TEST_DIR, *others, *(
+        b for b in builds if _git(['ls-files', '--', b], worktree).strip())]
     if test_python:
       # What pytest reads: upstream's settings and conftest.
       paths += [p for p in ('pyproject.toml', 'conftest.py') if _git(

@@ -3,13 +3,13 @@
 Each file of `hardware/recordings/` holds what `hardware/record.py` recorded
 on a TPU (the device kind, jax version and date are in the file). This test
 runs the same kernels in TPU interpret mode on CPU and compares the results:
-exactly for a DMA semaphore's counts (patch 0046 of the newest series, jax
+exactly for a DMA semaphore's counts (patch 0047 of the newest series, jax
 0.11.0 and newer), the elements `pltpu.stochastic_round` rounds away from
 zero (patch 0039, jax 0.10.0 and newer), integer and float arithmetic,
 conversions and reductions on edge values (in vectors and, on the scalar
 unit, in SMEM scalars), bitcasts, rolls, bit counts and rounding, int8 and
 bfloat16 matmuls, float32 ones at the default precision with
-`matmul_precision="tpu"` (patch 0047 of the newest series, jax 0.10.0 and
+`matmul_precision="tpu"` (patch 0048 of the newest series, jax 0.10.0 and
 newer), REGULAR semaphore counts, `pltpu.pack_elementwise` and
 `unpack_elementwise` (jax 0.10.0 and newer), masked stores, outputs
 revisited over grid steps and `emit_pipeline` (with a simulated TPU, jax
@@ -19,7 +19,7 @@ the same class, or, for `ACCEPTED_BY_INTERPRET_MODE`, runs them; for
 `REJECTED_SINCE`, the same message from a release on), and the
 kernels around the VMEM limits of `hardware/probes/vmem_probe.py` (accepted
 or rejected as on the TPU, with the same windows named, also with the scoped
-VMEM limit set by libtpu's flag: #51, jax 0.11.0 and newer); by their
+VMEM limit set by libtpu's flag: #52, jax 0.11.0 and newer); by their
 statistics for the bits of `pltpu.prng_random_bits` (jax 0.11.0 and newer);
 to the tolerances of `ULP_TOLERANCE` for transcendentals and float32
 matmuls at the highest precision. `KNOWN_DIFFERENCES` are where interpret
@@ -60,7 +60,7 @@ _SINCE = {'dma_semaphore': (0, 11, 0), 'stochastic_round': (0, 10, 0),
           'matmul_precision': (0, 10, 0),
           'semaphore': (0, 0, 0), 'masked': (0, 0, 0), 'revisit': (0, 0, 0),
           'reject': (0, 10, 0),  # Mosaic's uint8 matmul error: #40.
-          'vmem': (0, 11, 0),  # Mosaic's VMEM out-of-memory error: #51.
+          'vmem': (0, 11, 0),  # Mosaic's VMEM out-of-memory error: #52.
           'pack': (0, 10, 0),  # pltpu.pack_elementwise: #34.
           # emit_pipeline asks for the TPU's tiling: a simulated TPU, #36.
           'pipeline': (0, 10, 1)}
@@ -470,7 +470,7 @@ class HardwareParityTest(absltest.TestCase):
                              {'output': 2.0})
           elif name == 'vmem_oom' and jax.__version_info__ >= _SINCE['vmem']:
             # The scratch does not fit in the VMEM of the recording's TPU:
-            # XLA's allocator said so there, #51 here, in the same words.
+            # XLA's allocator said so there, #52 here, in the same words.
             got = record.reject(name, interpret=pltpu.InterpretParams(
                 device_kind=data['device_kind']))
             self.assertEqual(got['raised'], tpu['raised'])
@@ -609,7 +609,7 @@ class HardwareParityTest(absltest.TestCase):
             np.testing.assert_array_equal(
                 tpu.astype(np.uint32).view(np.float32), rounded.reshape(-1))
             # Interpret mode multiplies the float32 values by default, and
-            # as the TPU does with matmul_precision="tpu" (patch 0047).
+            # as the TPU does with matmul_precision="tpu" (patch 0048).
             self.assertFalse(np.array_equal(got, tpu))
             if jax.__version_info__ >= _SINCE['matmul_precision']:
               got = np.array(record.matmul(

@@ -264,6 +264,103 @@ class InterpretEmitPipelinePrimitiveTest(test_util.InterpretTestCase):
     core = np.repeat(np.arange(2, dtype=np.float32), 32)[:, None]
     np.testing.assert_array_equal(out, np.asarray(x) + 1 + core * 1000)
 
+  def test_emit_pipeline_vmap_num_programs_in_an_index_map(self):
+    # Batching the primitive adds the batch axis in front of the pipeline's
+    # grid, (1, n) with n = 4 known at run time only; the index map's
+    # `pl.num_programs(1)` is the pipeline's n, as Mosaic traces it, also in
+    # a kernel on a mesh. The input's blocks are read in reverse along the
+    # last axis.
+    mesh = test_util.tensorcore_mesh(axis_name='core', num_cores=1)
+
+    def body(x_ref, o_ref):
+      o_ref[...] = x_ref[...]
+
+    def run(x):
+      @test_util.kernel(
+          out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+          mesh=mesh,
+          interpret=pltpu.InterpretParams(),
+      )
+      def kernel(x_hbm, o_hbm):
+        jax.vmap(pltpu.emit_pipeline(
+            body,
+            grid=(1, jnp.array(4)),
+            in_specs=[pl.BlockSpec(
+                (16, 128), lambda _, i: (0, pl.num_programs(1) - 1 - i))],
+            out_specs=[pl.BlockSpec((16, 128), lambda _, i: (0, i))],
+        ))(x_hbm, o_hbm)
+
+      return kernel(x)
+
+    self._use_tpu_v6e_for_pipeline()
+    x = jnp.arange(3 * 16 * 512, dtype=jnp.int32).reshape(3, 16, 512)
+    with jtu.global_config_context(jax_use_emit_pipeline_primitive=True):
+      out = jax.jit(run)(x)
+    expected = np.asarray(x).reshape(3, 16, 4, 128)[:, :, ::-1].reshape(
+        3, 16, 512)
+    np.testing.assert_array_equal(out, expected)
+
+  @parameterized.parameters(False, True)
+  def test_emit_pipeline_nested_in_the_body(self, use_primitive):
+    # The outer pipeline's body runs a pipeline over its own blocks (VMEM
+    # refs of a buffer slot): the inner DMAs copy from and to slices of the
+    # outer slots.
+    def kernel(x_hbm, o_hbm):
+      def inner_body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1 + pl.program_id(0).astype(jnp.float32)
+
+      def outer_body(x_ref, o_ref):
+        pltpu.emit_pipeline(
+            inner_body,
+            grid=(2,),
+            in_specs=[pl.BlockSpec((8, 128), lambda j: (j, 0))],
+            out_specs=[pl.BlockSpec((8, 128), lambda j: (j, 0))],
+        )(x_ref, o_ref)
+
+      pltpu.emit_pipeline(
+          outer_body,
+          grid=(2,),
+          in_specs=[pl.BlockSpec((16, 128), lambda i: (i, 0))],
+          out_specs=[pl.BlockSpec((16, 128), lambda i: (i, 0))],
+      )(x_hbm, o_hbm)
+
+    x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
+    out = self._emit_pipeline_call(
+        kernel, jax.ShapeDtypeStruct(x.shape, x.dtype), x,
+        use_primitive=use_primitive)
+    inner = np.tile(np.repeat(np.arange(2, dtype=np.float32), 8), 2)[:, None]
+    np.testing.assert_array_equal(out, np.asarray(x) + 1 + inner)
+
+  @parameterized.parameters(False, True)
+  def test_emit_pipeline_key_block(self, use_primitive):
+    # A block in `pl.MemorySpace.KEY`, which Mosaic puts in SMEM: the body
+    # draws from the key as a kernel that takes the key in SMEM does.
+    def body(key_ref, o_ref):
+      o_ref[...] = jax.random.uniform(key_ref[...], shape=o_ref.shape)
+
+    def kernel(key_hbm, o_hbm):
+      pltpu.emit_pipeline(
+          body,
+          grid=(),
+          in_specs=[pl.BlockSpec(memory_space=pl.MemorySpace.KEY)],
+          out_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+      )(key_hbm, o_hbm)
+
+    key = pltpu.to_pallas_key(jax.random.key(0))
+    out_shape = jax.ShapeDtypeStruct((8, 128), jnp.float32)
+    out = self._emit_pipeline_call(
+        kernel, out_shape, key, use_primitive=use_primitive)
+    expected = pl.pallas_call(
+        body,
+        out_shape=out_shape,
+        in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)],
+        out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+        interpret=pltpu.InterpretParams(),
+    )(key)
+    np.testing.assert_array_equal(out, expected)
+    # Draws, not a constant: uniform in [0, 1).
+    self.assertTrue(np.all((out >= 0) & (out < 1)))
+    self.assertGreater(len(np.unique(out)), 1000)
 
   @parameterized.parameters(1, 2)
   def test_emit_pipeline_vmap_with_explicit_indices(self, rows):
