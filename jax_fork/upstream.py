@@ -535,6 +535,17 @@ CHANGES = (
             'failed pass.'),
         tests=_tests(_EMIT_PIPELINE_PRIMITIVE,
                      'InterpretEmitPipelinePrimitiveTest'),
+        notes=('The 21 tests: `tests/pallas/tpu_pallas_pipeline_test.py -k '
+               '"Primitive or axis_queries"` run in TPU interpret mode as on '
+               'a TPU v6e (every `pallas_call` and `core_map` under '
+               '`pltpu.force_tpu_interpret_mode`), 2026-12-06: '
+               '`test_key_memory_space`, the 18 nested-pipeline tests of '
+               '`PallasCallPipelineTransformedRefsPrimitiveTest` and '
+               '`PallasCallPipelineNonFlatArgsPrimitiveTest`, and '
+               '`test_num_programs_index_map_vmap0` and '
+               '`test_num_programs_index_map_and_body_vmap0`; 131 of the 153 '
+               'pass, 10 skip, and the other 12 (matmul tolerances, the '
+               'padded-pipeline matmuls) fail with the flag off too.'),
     ),
     Change(
         prefix='0026',
@@ -752,6 +763,13 @@ CHANGES = (
             "kinds with the effects' tokens, but not the propagated ones. "
             'Both now get the prefix.'),
         tests=_tests(_MEMORIES_ORDERED_EFFECTS, 'OrderedEffectsMemoriesTest'),
+        notes=('Upstream\'s open pull request '
+               'https://github.com/jax-ml/jax/pull/40108 (2026-08-20) makes '
+               'the same fix; its review stopped at its test\'s `ImportError` '
+               'for `from jax.experimental import io_callback`, which the '
+               '`//jax/experimental` dep added here to `tests/BUILD` provides. '
+               'Offer these tests there, or drop this commit once it has '
+               'landed.'),
     ),
     Change(
         prefix='0045',

@@ -64,8 +64,8 @@ class OrderedEffectsMemoriesTest(jtu.JaxTestCase):
     self.assertEqual(calls, [0])
 
   def test_ordered_io_callbacks_with_outputs_in_two_memory_kinds(self):
-    # The ordered effect's token comes before the outputs; their memory kinds
-    # must stay in the outputs' order.
+    # Two outputs, in two memory kinds, after the ordered effect's token (a
+    # propagated memory kind per output, each given by `out_shardings`).
     calls = []
 
     @functools.partial(
