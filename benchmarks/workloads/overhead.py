@@ -15,6 +15,11 @@ core) and times, interleaved:
   v6e) that gathers rows of an HBM table by ids. Stock interpret mode runs
   only subcore 0 of a SparseCore mesh, so with one subcore stock and
   patched jax do the same work.
+- `random_tracing`: no kernel: traces `jax.random.key`, `split`, `fold_in`
+  and `bits` (the default threefry implementation) for shapes not traced
+  before, as every jax user does; the series' #42 makes the random
+  primitives' abstract evaluation look for the ordered effects of their
+  implementation's functions, which must cost nothing for jax's own.
 
 Prints `{"wall": {name: [seconds, ...]}, "cpu": {...}, "callbacks": {name:
 count}}`, where `callbacks` is the number of io_callbacks (interpreter steps)
@@ -218,12 +223,39 @@ def sparsecore_gather() -> Callable[[], object]:
   return call
 
 
+def random_tracing() -> Callable[[], object]:
+  """Traces 4 draws of shapes new to this process, (8, n) with n fresh."""
+  next_n = [1]
+
+  def draws(key, shape):
+    keys = jax.random.split(key, shape[:1])
+    folded = jax.random.fold_in(key, 7)
+    return (jax.random.key_data(keys), jax.random.key_data(folded),
+            jax.random.bits(folded, shape), jax.random.uniform(key, shape))
+
+  def call():
+    shape = (8, next_n[0])
+    next_n[0] += 1
+    jaxpr = jax.make_jaxpr(
+        lambda s: draws(jax.random.key(s), shape))(0).jaxpr
+    assert not jaxpr.effects, jaxpr.effects
+    return jaxpr
+
+  # No numbers to check: what is traced is checked instead, and that it has
+  # no effects (jax's threefry has none).
+  prims = {e.primitive.name for e in call().eqns}
+  assert {'random_seed', 'random_split', 'random_fold_in',
+          'random_bits'} <= prims, prims
+  return call
+
+
 KERNELS = {
     'matmul_grid': matmul_grid,
     'dma_double_buffer': dma_double_buffer,
     'core_map_semaphores': core_map_semaphores,
     'ring_remote_dma': ring_remote_dma,
     'sparsecore_gather': sparsecore_gather,
+    'random_tracing': random_tracing,
 }
 
 

@@ -117,6 +117,36 @@ class ShardingMemoriesTest(jtu.JaxTestCase):
 if __name__ == "__main__":
   absltest.main(testLoader=jtu.JaxTestLoader())
 '''
+_EXTEND_TEST = '''\
+# Copyright 2023 The JAX Authors.
+"""A stand-in for upstream's tests/extend_test.py."""
+
+from absl.testing import absltest
+
+import jax
+import jax.extend as jex
+import jax.numpy as jnp
+
+from jax._src import test_util as jtu
+
+jax.config.parse_flags_with_absl()
+
+# Upstream's file uses all of its imports.
+_USED = (jex, jnp)
+
+
+class ExtendTest(jtu.JaxTestCase):
+
+  def setUp(self):
+    super().setUp()
+
+  def test_upstream(self):
+    pass
+
+
+if __name__ == "__main__":
+  absltest.main(testLoader=jtu.JaxTestLoader())
+'''
 # Stand-ins for upstream's BUILD files: the targets of the files the series
 # changes and of the modules it imports, with upstream's deps lists (cut).
 _BUILD_FILES = {
@@ -398,6 +428,12 @@ pytype_strict_library(
 ''',
     'tests/BUILD': '''\
 jax_multiplatform_test(
+    name = "extend_test",
+    srcs = ["extend_test.py"],
+    deps = ["//jax/extend"] + py_deps("absl/testing"),
+)
+
+jax_multiplatform_test(
     name = "memories_test",
     srcs = ["memories_test.py"],
     tags = ["multiaccelerator"],
@@ -472,6 +508,7 @@ class UpstreamExportTest(absltest.TestCase):
                        (upstream.UPSTREAM_DISTRIBUTED_TEST[0],
                         _DISTRIBUTED_TEST),
                        (upstream.UPSTREAM_MEMORIES_TEST[0], _MEMORIES_TEST),
+                       (upstream.UPSTREAM_EXTEND_TEST[0], _EXTEND_TEST),
                        *_BUILD_FILES.items()):
       os.makedirs(os.path.dirname(os.path.join(self.jax, path)),
                   exist_ok=True)
@@ -526,8 +563,9 @@ class UpstreamExportTest(absltest.TestCase):
     for commit, patch in zip(commits, to_export):
       message = _git(['log', '-1', '--format=%B', commit], clone)
       subject = message.splitlines()[0]
-      # A fix of jax's lowering (0044) is not tagged as Pallas's.
-      if patch.files != ('jax/_src/interpreters/mlir.py',):
+      # A fix of jax itself (0042's random primitives, 0044's lowering) is
+      # not tagged as Pallas's.
+      if any(f.startswith('jax/_src/pallas/') for f in patch.files):
         self.assertRegex(subject, r'^\[Pallas\] In TPU Interpret Mode, ')
       else:
         self.assertNotIn('Pallas', subject)
@@ -572,7 +610,8 @@ class UpstreamExportTest(absltest.TestCase):
     for path, cls in (upstream.UPSTREAM_TEST,
                       upstream.UPSTREAM_DISTRIBUTED_TEST,
                       (upstream.UPSTREAM_MEMORIES_TEST[0],
-                       'ShardingMemoriesTest')):
+                       'ShardingMemoriesTest'),
+                      (upstream.UPSTREAM_EXTEND_TEST[0], 'ExtendTest')):
       with open(os.path.join(clone, path)) as f:
         source = f.read()
       for marker in ('Older jax releases', 'At jax HEAD', upstream.HELPER,
@@ -591,10 +630,11 @@ class UpstreamExportTest(absltest.TestCase):
                          ['jtu.JaxTestCase'])
         names = [n.name for n in klass.body
                  if isinstance(n, ast.FunctionDef)]
-        # A setUp where upstream's class or ours has one (not the memories
-        # test's: ShardingMemoriesTest's is not taken), first.
+        # A setUp where upstream's class or ours has one (not in the tests
+        # of jax itself: their upstream classes' are not taken), first.
         self.assertEqual('setUp' in names,
-                         path != upstream.UPSTREAM_MEMORIES_TEST[0])
+                         path not in (upstream.UPSTREAM_MEMORIES_TEST[0],
+                                      upstream.UPSTREAM_EXTEND_TEST[0]))
         self.assertNotIn('setUp', names[1:])
         self.assertLen(set(names), len(names))
         exported |= {(path, klass.name, n) for n in names if n != 'setUp'}
