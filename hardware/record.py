@@ -4,6 +4,12 @@ Run on a TPU (one program, so the chip is opened once):
 
     python hardware/record.py -o hardware/recordings/tpu_v5_lite.json
 
+`--kinds` records some kinds only; `--isolate` runs each case in a process
+of its own (each opens the chip, about 10 s), so that a case whose compiler
+aborts the process is recorded as an error and the others still run
+(`hardware/recordings/tpu_v5_lite_pipeline_grid.json`: `--kinds
+pipeline_grid --isolate`).
+
 With `--interpret` the same kernels run in TPU interpret mode on CPU (with
 `matmul_precision="tpu"` where the installed jax has it) and the file
 records that instead (to compare by hand; the tests compare with
@@ -50,6 +56,11 @@ What is recorded (each entry: the case's parameters and its result):
   visit only, on every visit): the bits of the output.
 - `pipeline`: `pltpu.emit_pipeline` of `PIPELINE_CASES` over HBM operands:
   the bits of the output.
+- `pipeline_grid`: `pltpu.emit_pipeline` of `PIPELINE_GRID_CASES`, with and
+  without `jax_use_emit_pipeline_primitive`, whose body adds what
+  `pl.program_id` and `pl.num_programs` give for every axis of the
+  pipeline's grid, in kernels with and without a grid: the bits of the
+  output.
 - `reject`: kernels of `REJECT_CASES` that Mosaic may reject (256 MiB of
   VMEM, a non-decrementing wait, an unaligned dynamic lane slice, int16
   scalar arithmetic, a uint8 matmul): the error's class and first line, or
@@ -69,6 +80,7 @@ import dataclasses
 import datetime
 import json
 import os
+import subprocess
 import sys
 import traceback
 
@@ -458,6 +470,22 @@ PIPELINE_CASES = {
                                 Ellipsis, x_ref[...] * 3 - 1)),
 }
 
+
+# emit_pipeline bodies that read the grid: name: (the kernel's grid, the
+# pipeline's grid, whether the pipeline's grid is read from SMEM at run time).
+# The body adds `(pl.program_id(a) * 16 + pl.num_programs(a)) * 256**a` for
+# every axis `a` of the pipeline's grid (with the primitive, jax rejects the
+# kernel's axes in the body when it traces it: `Axis 1 is out of bounds for
+# grid (3,)`). A static grid's `pl.num_programs` is a number when the body is
+# traced; a run-time one's is computed when the kernel runs.
+PIPELINE_GRID_CASES = {
+    'no_kernel_grid_1d': ((), (4,), False),
+    'no_kernel_grid_2d': ((), (2, 3), False),
+    'kernel_grid_1d': ((2,), (3,), False),
+    'run_time_grid_1d': ((), (4,), True),
+    'run_time_grid_2d': ((), (2, 3), True),
+    'run_time_grid_in_kernel_grid': ((2,), (3,), True),
+}
 
 def _vmem_oom(x_ref, o_ref, big_ref):
   big_ref[0] = x_ref[...]
@@ -854,6 +882,57 @@ def pipeline(name, interpret=None):
   return [int(v) for v in _bits(out).reshape(-1)]
 
 
+def pipeline_grid(name, primitive, interpret=None):
+  """The output of `pltpu.emit_pipeline` over `PIPELINE_GRID_CASES[name]`,
+  with `jax_use_emit_pipeline_primitive` set to `primitive`, in a pallas_call
+  whose operands stay in HBM: float32 bits, row-major. Blocks are (8, 128);
+  every step of the kernel's grid runs the whole pipeline (the last one's
+  output stays)."""
+  kernel_grid, grid, run_time = PIPELINE_GRID_CASES[name]
+  shape = (8 * grid[0], 128 * (grid[1] if len(grid) > 1 else 1))
+
+  def body(x_ref, o_ref):
+    added = sum((pl.program_id(a) * 16 + pl.num_programs(a)) * 256**a
+                for a in range(len(grid)))
+    o_ref[...] = x_ref[...] + jnp.asarray(added, jnp.int32).astype(
+        jnp.float32)
+
+  def index_map(*ids):
+    return (ids[0], ids[1] if len(ids) > 1 else 0)
+
+  def kernel(n_ref, x_hbm, o_hbm):
+    pltpu.emit_pipeline(
+        body,
+        grid=tuple(n_ref[a] for a in range(len(grid))) if run_time else grid,
+        in_specs=[pl.BlockSpec((8, 128), index_map)],
+        out_specs=[pl.BlockSpec((8, 128), index_map)],
+    )(x_hbm, o_hbm)
+
+  x = np.zeros(shape, np.float32)
+  with _emit_pipeline_primitive(primitive):
+    out = pl.pallas_call(
+        kernel,
+        grid=kernel_grid,
+        in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM),
+                  pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
+        interpret=interpret,
+    )(np.array(grid, np.int32), x)
+  return [int(v) for v in _bits(out).reshape(-1)]
+
+
+@contextlib.contextmanager
+def _emit_pipeline_primitive(value):
+  """Sets `jax_use_emit_pipeline_primitive` (jax 0.10.2 and newer)."""
+  before = jax.config.jax_use_emit_pipeline_primitive
+  jax.config.update('jax_use_emit_pipeline_primitive', value)
+  try:
+    yield
+  finally:
+    jax.config.update('jax_use_emit_pipeline_primitive', before)
+
+
 def reject(name, interpret=None):
   """Runs `REJECT_CASES[name]` on ones: `{'output': its first element}`
   where it ran, else `{'raised': the exception's class name, 'message': the
@@ -925,9 +1004,62 @@ KINDS = {
     'masked': (masked, _by_name(MASKED_CASES)),
     'revisit': (revisit, _by_name(REVISIT_CASES)),
     'pipeline': (pipeline, _by_name(PIPELINE_CASES)),
+    'pipeline_grid': (pipeline_grid, [
+        ({'name': name, 'primitive': primitive}, (name, primitive))
+        for name in PIPELINE_GRID_CASES for primitive in (False, True)]),
     'reject': (reject, _by_name(REJECT_CASES)),
 }
 
+
+def _record_isolated(output, kinds, interpret) -> int:
+  """Records each case of `kinds` with `--case` in a child process.
+
+  The recording's header (versions, device kind, date) is the first child's
+  that wrote one. A child that writes no entry (it crashed) leaves
+  `{'error': 'the process died (exit code N): <the failed check, or its
+  last line>'}`.
+  """
+  data = None
+  entries = {kind: [] for kind in kinds}
+  for kind in kinds:
+    for index, (fields, _) in enumerate(KINDS[kind][1]):
+      tmp = f'{output}.case'
+      if os.path.exists(tmp):
+        os.remove(tmp)
+      cmd = [sys.executable, os.path.abspath(__file__), '-o', tmp, '--kinds',
+             kind, '--case', str(index)] + (['--interpret'] if interpret
+                                            else [])
+      proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+      child = None
+      if os.path.exists(tmp):
+        with open(tmp) as f:
+          child = json.load(f)
+        os.remove(tmp)
+      if child is not None and child[kind]:
+        entry = child[kind][0]
+        if data is None:
+          data = {k: v for k, v in child.items() if k not in KINDS}
+      else:
+        lines = [l for l in (proc.stderr + proc.stdout).splitlines()
+                 if l.strip()]
+        # A failed check of the compiler says why (`F... Check failed: ...`);
+        # the last line is the abort.
+        why = [l for l in lines if 'Check failed' in l] or lines[-1:]
+        entry = dict(fields)
+        entry['error'] = (f'the process died (exit code {proc.returncode}): '
+                          + (why[0][:1000] if why else ''))
+      entries[kind].append(entry)
+      print(kind, index, entry['error'][:200] if 'error' in entry else 'ok',
+            flush=True)
+  if data is None:
+    print('no case ran', file=sys.stderr)
+    return 1
+  data.update(entries)
+  tmp = output + '.tmp'
+  with open(tmp, 'w') as f:
+    f.write(dumps(data))
+  os.replace(tmp, output)
+  return 0
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -936,11 +1068,22 @@ def main(argv=None) -> int:
                       help='run in TPU interpret mode on CPU')
   parser.add_argument('--kinds', default=','.join(KINDS),
                       help='comma-separated kinds to record (default: all)')
+  parser.add_argument('--case', type=int, default=None,
+                      help='record only this case (its index) of the one kind')
+  parser.add_argument('--isolate', action='store_true',
+                      help='record each case in a process of its own, so that '
+                      'a case that kills its process (a compiler crash) is '
+                      'recorded as an error and the others still run; each '
+                      'process opens the chip (about 10 s)')
   args = parser.parse_args(argv)
   kinds = args.kinds.split(',')
   unknown = set(kinds) - set(KINDS)
   if unknown:
     parser.error(f'unknown kinds: {sorted(unknown)}; known: {list(KINDS)}')
+  if args.case is not None and len(kinds) != 1:
+    parser.error('--case needs exactly one kind')
+  if args.isolate:
+    return _record_isolated(args.output, kinds, args.interpret)
   interpret = None
   stack = contextlib.ExitStack()
   if args.interpret:
@@ -966,6 +1109,8 @@ def main(argv=None) -> int:
   with stack:
     for kind in kinds:
       recorder, cases = KINDS[kind]
+      if args.case is not None:
+        cases = cases[args.case:args.case + 1]
       for fields, recorder_args in cases:
         entry = dict(fields)
         entry.update(_run(recorder, *recorder_args, interpret=interpret))

@@ -14,7 +14,10 @@ newer), REGULAR semaphore counts, `pltpu.pack_elementwise` and
 `unpack_elementwise` (jax 0.10.0 and newer), masked stores, outputs
 revisited over grid steps and `emit_pipeline` (with a simulated TPU, jax
 0.10.1 and newer; the recordings of these two are also checked against
-numpy); the errors of kernels the TPU's jax rejected (interpret mode raises
+numpy), `pl.program_id` and `pl.num_programs` in `emit_pipeline` bodies,
+with and without the primitive (#25, jax 0.11.0 and newer; also against
+numpy, where the TPU's jax 0.10.2 lowered the primitive as jax 0.11 no
+longer does); the errors of kernels the TPU's jax rejected (interpret mode raises
 the same class, or, for `ACCEPTED_BY_INTERPRET_MODE`, runs them; for
 `REJECTED_SINCE`, the same message from a release on), and the
 kernels around the VMEM limits of `hardware/probes/vmem_probe.py` (accepted
@@ -63,7 +66,10 @@ _SINCE = {'dma_semaphore': (0, 11, 0), 'stochastic_round': (0, 10, 0),
           'vmem': (0, 11, 0),  # Mosaic's VMEM out-of-memory error: #52.
           'pack': (0, 10, 0),  # pltpu.pack_elementwise: #34.
           # emit_pipeline asks for the TPU's tiling: a simulated TPU, #36.
-          'pipeline': (0, 10, 1)}
+          'pipeline': (0, 10, 1),
+          # The emit_pipeline primitive's rule: #25 (#56 on 0.11.0 and
+          # 0.11.1); without the primitive, as 'pipeline'.
+          'pipeline_grid': (0, 11, 0)}
 
 # Matmuls the TPU's jax did not compile: the error it recorded.
 NOT_COMPILED = {
@@ -438,6 +444,51 @@ class HardwareParityTest(absltest.TestCase):
         np.testing.assert_array_equal(
             np.array(entry['result'], np.uint32).view(np.float32),
             expected.reshape(-1), f'{name}: {where}')
+
+  def test_emit_pipeline_grid_queries_as_on_the_tpu(self):
+    # `pl.program_id` and `pl.num_programs` in the body of a pipeline are the
+    # pipeline's, with and without the emit_pipeline primitive, also in a
+    # kernel with a grid of its own, as on the TPU. One exception, of the
+    # TPU's jax: jax 0.10.2's Mosaic lowering of the primitive gives a grid
+    # read at run time the kernel's iteration bound (`tpu.iteration_bound`;
+    # its compiler aborts where the kernel has no grid), and jax 0.11.0's on
+    # the pipeline's (`emit_pipeline_mode`), which interpret mode follows.
+    self._skip_before('pipeline_grid')
+    params = pltpu.InterpretParams(device_kind='TPU v5 lite')
+
+    def expected(name, sizes):
+      # Block (i, j) holds (i * 16 + n0) + (j * 16 + n1) * 256.
+      _, grid, _ = record.PIPELINE_GRID_CASES[name]
+      blocks = np.zeros((grid + (1,))[:2], np.float32)
+      for ids in np.ndindex(*grid):
+        blocks[(ids + (0,))[:2]] = sum(
+            (i * 16 + n) * 256**a for a, (i, n) in enumerate(zip(ids, sizes)))
+      return np.kron(blocks, np.ones((8, 128), np.float32)).reshape(-1)
+
+    checked = 0
+    for data, where in self._recordings('pipeline_grid'):
+      for entry in data['pipeline_grid']:
+        name, primitive = entry['name'], entry['primitive']
+        kernel_grid, grid, run_time = record.PIPELINE_GRID_CASES[name]
+        with self.subTest(recording=where, name=name, primitive=primitive):
+          with pltpu.force_tpu_interpret_mode(params):
+            ours = np.array(record.pipeline_grid(
+                name, primitive, interpret=params), np.uint32)
+          np.testing.assert_array_equal(ours.view(np.float32),
+                                        expected(name, grid))
+          old_lowering = (primitive and run_time
+                          and tuple(map(int, data['jax'].split('.')[:2]))
+                          < (0, 11))
+          if not old_lowering:
+            self.assertEqual(entry['result'], ours.tolist())
+          elif kernel_grid:
+            np.testing.assert_array_equal(
+                np.array(entry['result'], np.uint32).view(np.float32),
+                expected(name, kernel_grid))
+          else:
+            self.assertIn('Check failed', entry['error'])
+          checked += 1
+    self.assertGreater(checked, 0)
 
   def test_regular_semaphores_as_on_the_tpu(self):
     def run(case, params):

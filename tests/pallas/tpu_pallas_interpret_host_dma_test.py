@@ -26,6 +26,7 @@ from jax._src import test_util as jtu
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import tpu_sc as plsc
+import jax.numpy as jnp
 import numpy as np
 import tpu_interpret_test_util as test_util
 
@@ -136,6 +137,46 @@ class InterpretHostDmaTest(test_util.InterpretTestCase):
     np.testing.assert_array_equal(host, x[::-1])
     self.assertEqual(host.sharding.memory_kind, 'pinned_host')
 
+
+  def test_pallas_call_dma_from_host_input(self):
+    # A TensorCore kernel whose input is in host memory copies rows 8 to 15
+    # of it to VMEM by DMA.
+    x = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
+
+    def kernel(x_host, o_hbm, buf):
+      pltpu.sync_copy(x_host.at[pl.ds(8, 8)], buf)
+      buf[...] = buf[...] * 2 + 1
+      pltpu.sync_copy(buf, o_hbm)
+
+    f = jax.jit(pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        in_specs=[pl.BlockSpec(memory_space=pl.HOST)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)],
+        interpret=test_util.interpret_params(),
+    ))
+    out = jax.block_until_ready(
+        f(jax.device_put(x, self._pinned_host_sharding())))
+    np.testing.assert_array_equal(out, x[8:] * 2 + 1)
+
+  def test_load_from_host_input_raises(self):
+    def kernel(x_host, o_ref):
+      o_ref[...] = x_host[...]
+
+    f = jax.jit(pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        in_specs=[pl.BlockSpec(memory_space=pl.HOST)],
+        interpret=test_util.interpret_params(),
+    ))
+    x = jax.device_put(np.zeros((8, 128), np.float32),
+                       self._pinned_host_sharding())
+    with self.assertRaisesRegex(
+        ValueError,
+        'get_p: Buffers with a memory space of HOST cannot be referenced '
+        'directly'):
+      jax.block_until_ready(f(x))
 
 if __name__ == '__main__':
   absltest.main(testLoader=jtu.JaxTestLoader())
