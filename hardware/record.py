@@ -487,6 +487,7 @@ PIPELINE_GRID_CASES = {
     'run_time_grid_in_kernel_grid': ((2,), (3,), True),
 }
 
+
 def _vmem_oom(x_ref, o_ref, big_ref):
   big_ref[0] = x_ref[...]
   o_ref[...] = big_ref[0] + 1
@@ -883,11 +884,13 @@ def pipeline(name, interpret=None):
 
 
 def pipeline_grid(name, primitive, interpret=None):
-  """The output of `pltpu.emit_pipeline` over `PIPELINE_GRID_CASES[name]`,
-  with `jax_use_emit_pipeline_primitive` set to `primitive`, in a pallas_call
+  """The output of an `emit_pipeline` of `PIPELINE_GRID_CASES[name]`.
+
+  With `jax_use_emit_pipeline_primitive` set to `primitive`, in a pallas_call
   whose operands stay in HBM: float32 bits, row-major. Blocks are (8, 128);
   every step of the kernel's grid runs the whole pipeline (the last one's
-  output stays)."""
+  output stays).
+  """
   kernel_grid, grid, run_time = PIPELINE_GRID_CASES[name]
   shape = (8 * grid[0], 128 * (grid[1] if len(grid) > 1 else 1))
 
@@ -1040,11 +1043,11 @@ def _record_isolated(output, kinds, interpret) -> int:
         if data is None:
           data = {k: v for k, v in child.items() if k not in KINDS}
       else:
-        lines = [l for l in (proc.stderr + proc.stdout).splitlines()
-                 if l.strip()]
+        lines = [line for line in (proc.stderr + proc.stdout).splitlines()
+                 if line.strip()]
         # A failed check of the compiler says why (`F... Check failed: ...`);
         # the last line is the abort.
-        why = [l for l in lines if 'Check failed' in l] or lines[-1:]
+        why = [line for line in lines if 'Check failed' in line] or lines[-1:]
         entry = dict(fields)
         entry['error'] = (f'the process died (exit code {proc.returncode}): '
                           + (why[0][:1000] if why else ''))
@@ -1060,6 +1063,7 @@ def _record_isolated(output, kinds, interpret) -> int:
     f.write(dumps(data))
   os.replace(tmp, output)
   return 0
+
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -1080,8 +1084,11 @@ def main(argv=None) -> int:
   unknown = set(kinds) - set(KINDS)
   if unknown:
     parser.error(f'unknown kinds: {sorted(unknown)}; known: {list(KINDS)}')
-  if args.case is not None and len(kinds) != 1:
-    parser.error('--case needs exactly one kind')
+  if args.case is not None and (
+      len(kinds) != 1 or args.isolate
+      or args.case not in range(len(KINDS[kinds[0]][1]))):
+    parser.error('--case needs exactly one kind, of which it is the index of '
+                 'a case, and no --isolate')
   if args.isolate:
     return _record_isolated(args.output, kinds, args.interpret)
   interpret = None

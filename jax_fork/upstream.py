@@ -745,23 +745,22 @@ CHANGES = (
         summary=(
             'A PRNG implementation whose functions have ordered effects, '
             'such as an ordered `jax.debug.callback` or a Pallas TPU kernel '
-            'in interpret mode (`pallas_threefry2x32`), failed under `jit` '
-            'with `KeyError: OrderedIOEffect`: the random primitives declared '
-            'no effects, so their lowerings got no tokens. They now declare '
-            "the ordered effects of the implementation's functions, found by "
-            "tracing them; JAX's own implementations are not traced, and "
-            'tracing draws with them costs what it did.'),
+            'in interpret mode, failed under `jit` with a `KeyError` naming '
+            'the effect: the random primitives declared no effects, so their '
+            'lowerings got no tokens. They now declare the ordered effects of '
+            "the implementation's functions, found by tracing them; JAX's "
+            'threefry, rbg and philox implementations are not traced.'),
         tests=(_tests(_EXTEND_RANDOM_ORDERED_EFFECTS,
                       'RandomImplOrderedEffectsTest')
                + _tests(_RANDOM_IMPL, 'InterpretRandomImplTest')),
         notes=('Not a Pallas change: the tests of the fix itself are a class '
                'of `tests/extend_test.py` (no Pallas); the Pallas tests show '
-               'the use that needs it. Tracing `key`, `split`, `fold_in`, '
-               '`bits` and `uniform` of a new shape with the default '
+               'the use that needs it. Tracing `bits` and `uniform` of a new '
+               'shape (and `key`, `split`, `fold_in`) with the default '
                'implementation (`jax.make_jaxpr`), CPU time with / without '
-               'this commit (jax 0.12.0.1, median of 10 pairs of processes, '
-               '2026-12-07): 0.993; 1.093 when every implementation was '
-               'traced.'),
+               'this commit (jax 0.12.0.1, 2026-12-07): 0.993 (median of 10 '
+               'pairs of processes); 1.093 when every implementation was '
+               'traced (2 pairs).'),
     ),
     Change(
         prefix='0043',

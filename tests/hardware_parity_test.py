@@ -15,10 +15,11 @@ newer), REGULAR semaphore counts, `pltpu.pack_elementwise` and
 revisited over grid steps and `emit_pipeline` (with a simulated TPU, jax
 0.10.1 and newer; the recordings of these two are also checked against
 numpy), `pl.program_id` and `pl.num_programs` in `emit_pipeline` bodies,
-with and without the primitive (#25, jax 0.11.0 and newer; also against
-numpy, where the TPU's jax 0.10.2 lowered the primitive as jax 0.11 no
-longer does); the errors of kernels the TPU's jax rejected (interpret mode raises
-the same class, or, for `ACCEPTED_BY_INTERPRET_MODE`, runs them; for
+with and without the primitive (#25, jax 0.11.0 and newer; interpret mode
+also against numpy, and where the TPU's jax 0.10.2 lowered the primitive as
+jax 0.11 no longer does, the recording against that lowering); the errors
+of kernels the TPU's jax rejected (interpret mode raises the same class,
+or, for `ACCEPTED_BY_INTERPRET_MODE`, runs them; for
 `REJECTED_SINCE`, the same message from a release on), and the
 kernels around the VMEM limits of `hardware/probes/vmem_probe.py` (accepted
 or rejected as on the TPU, with the same windows named, also with the scoped

@@ -15,9 +15,10 @@ core) and times, interleaved:
   v6e) that gathers rows of an HBM table by ids. Stock interpret mode runs
   only subcore 0 of a SparseCore mesh, so with one subcore stock and
   patched jax do the same work.
-- `random_tracing`: no kernel: traces `jax.random.key`, `split`, `fold_in`
-  and `bits` (the default threefry implementation) for shapes not traced
-  before, as every jax user does; the series' #42 makes the random
+- `random_tracing`: no kernel: traces, with the default threefry
+  implementation, `jax.random.key` of a scalar seed, `split` into 8 keys,
+  `fold_in`, and `bits` and `uniform` of an (8, n) shape new to the
+  process, as every jax user does; the series' #42 makes the random
   primitives' abstract evaluation look for the ordered effects of their
   implementation's functions, which must cost nothing for jax's own.
 
@@ -224,7 +225,7 @@ def sparsecore_gather() -> Callable[[], object]:
 
 
 def random_tracing() -> Callable[[], object]:
-  """Traces 4 draws of shapes new to this process, (8, n) with n fresh."""
+  """Traces key, split, fold_in, and bits and uniform of a new (8, n)."""
   next_n = [1]
 
   def draws(key, shape):

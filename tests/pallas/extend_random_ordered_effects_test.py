@@ -20,10 +20,12 @@ to upstream's `tests/extend_test.py`.
 """
 
 import math
+from unittest import mock
 
 from absl.testing import absltest
 import jax
 from jax._src import test_util as jtu
+from jax._src.random import prng
 import jax.extend as jex
 import jax.numpy as jnp
 
@@ -137,6 +139,27 @@ class RandomImplOrderedEffectsTest(jtu.JaxTestCase):
     for fun in funs:
       self.assertEqual(
           jax.make_jaxpr(fun)(jax.random.key(0, impl=impl)).effects, set())
+
+  def test_jax_impls_are_not_traced_for_effects(self):
+    # Their functions have no effects: tracing draws with them does not
+    # trace those functions again to look for some.
+    names = {'threefry2x32', 'threefry4x32', 'philox2x32', 'philox4x32',
+             'rbg', 'unsafe_rbg'} & set(prng.prngs)
+    self.assertContainsSubset({'threefry2x32', 'rbg', 'unsafe_rbg'}, names)
+    with mock.patch.object(prng, '_impl_effects',
+                           side_effect=AssertionError('traced')):
+      for name in sorted(names):
+        key = jax.random.key(0, impl=name)
+        self.assertEqual(
+            jax.make_jaxpr(
+                lambda k: (jax.random.bits(k, (8, 3)), jax.random.split(k),
+                           jax.random.fold_in(k, 1),
+                           jax.random.key(1, impl=name)))(key).effects,
+            set())
+      # An implementation of ours is traced.
+      impl = self._callback_impl([])
+      with self.assertRaisesRegex(AssertionError, 'traced'):
+        jax.make_jaxpr(lambda: jax.random.key(0, impl=impl))()
 
   def test_jax_impls_have_no_effects(self):
     for impl in ('threefry2x32', 'rbg', 'unsafe_rbg'):

@@ -137,7 +137,6 @@ class InterpretHostDmaTest(test_util.InterpretTestCase):
     np.testing.assert_array_equal(host, x[::-1])
     self.assertEqual(host.sharding.memory_kind, 'pinned_host')
 
-
   def test_pallas_call_dma_from_host_input(self):
     # A TensorCore kernel whose input is in host memory copies rows 8 to 15
     # of it to VMEM by DMA.
@@ -177,6 +176,7 @@ class InterpretHostDmaTest(test_util.InterpretTestCase):
         'get_p: Buffers with a memory space of HOST cannot be referenced '
         'directly'):
       jax.block_until_ready(f(x))
+
 
 if __name__ == '__main__':
   absltest.main(testLoader=jtu.JaxTestLoader())
