@@ -382,6 +382,48 @@ def collective(results: Sequence[Result], goal: float = 1.1) -> Figure:
   return fig
 
 
+def memory(stock: Sequence[Result], patched: Sequence[Result],
+           goal: float = 0.6) -> Figure:
+  """Peak resident memory of a call with a large input, patched / stock."""
+  fig = Figure('Memory of a call with a large input in pl.ANY: increase of '
+               'the peak resident memory, patched / stock (goal <= '
+               f'{goal})')
+  mib = 2**20
+  size = stock[0]['input_bytes']
+  if any(r['input_bytes'] != size for r in [*stock, *patched]):
+    fig.checks.append(unmeasurable('memory, patched / stock', f'<= {goal}',
+                                   'the runs had inputs of different sizes'))
+    return fig
+  rss, numpy_peak = {}, {}
+  for name, results in (('stock', stock), ('patched', patched)):
+    rss[name] = _median([r['rss_increase'] for r in results])
+    numpy_peak[name] = _median([r['numpy_peak'] for r in results])
+    fig.lines.append(
+        f'{name:8s} peak RSS +{rss[name] / mib:7.0f} MiB '
+        f'({rss[name] / size:.2f} x the input); NumPy memory held at once '
+        f'{numpy_peak[name] / mib:7.0f} MiB ({numpy_peak[name] / size:.2f} x)')
+  # Each interpreter holds the input's buffer in NumPy memory during the
+  # call, and the process grows by at least that: less means the counts
+  # missed it.
+  if min(*numpy_peak.values(), *rss.values()) < size:
+    fig.checks.append(unmeasurable(
+        'memory, patched / stock', f'<= {goal}',
+        'a run held less than its input in NumPy memory or resident memory'))
+    return fig
+  value = rss['patched'] / rss['stock']
+  v = verdict(value, goal)
+  fig.lines.append(f'patched / stock {value:.3f}  {v}')
+  fig.lines.append(
+      f'input {size / mib:.0f} MiB of bfloat16, one DMA of a sixth of it to '
+      f'the output (test_large_array_indexing, scaled down); medians of '
+      f'{len(stock)} process(es) each; RSS: ru_maxrss after the first call '
+      '(compilation included) less before it; NumPy: tracemalloc during the '
+      'second call.')
+  fig.checks.append(Check('memory, patched / stock', f'{value:.3f}',
+                          f'<= {goal}', v))
+  return fig
+
+
 def migration_tool(result: Result, status_goal: float = 0.3,
                    round_trip_goal: float = 2.0) -> Figure:
   """The migration tool's wall times on a scratch venv."""

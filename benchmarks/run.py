@@ -28,7 +28,9 @@ measured in the same run (medians over repeats), each with `goal met` or
 6. collective  collective / private scratch on 4 cores (<= 1.1), one
                allocation of the shared table, checked against the buffers
                live at the barrier
-7. migration   status (< 0.3 s, no jax import), apply+revert (< 2 s), wheel
+7. memory      peak resident memory that a call with a large input adds,
+               patched / stock (<= 0.6)
+8. migration   status (< 0.3 s, no jax import), apply+revert (< 2 s), wheel
 
 Stock/patched processes alternate (ABBA...) so that drift from other load on
 the machine affects both alike. The workloads of CPU-time ratios run pinned
@@ -66,16 +68,16 @@ HERE = pathlib.Path(__file__).resolve().parent
 WORKLOADS = HERE / 'workloads'
 RESULT_PREFIX = 'BENCH_RESULT '
 FIGURES = ('speed', 'overhead', 'deadlock', 'polling', 'wakeup',
-           'collective', 'migration')
+           'collective', 'memory', 'migration')
 
 # Per size: processes (overhead: stock/patched pairs) and timed calls each.
 PLAN = {
     'quick': dict(speed=(1, 5), overhead=(2, 10), deadlock=(1, 5),
                   polling=(1, 3), wakeup=(1, 2), collective=(1, 8),
-                  migration=(3, 1), profile=(1, 3)),
+                  memory=(1, 1), migration=(3, 1), profile=(1, 3)),
     'default': dict(speed=(3, 5), overhead=(10, 30), deadlock=(3, 15),
                     polling=(2, 5), wakeup=(1, 4), collective=(2, 20),
-                    migration=(7, 3), profile=(1, 5)),
+                    memory=(2, 1), migration=(7, 3), profile=(1, 5)),
 }
 
 
@@ -173,9 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     header.append('the load average exceeds the CPUs: other jobs are running, '
                   'and wall-time figures (speed) are less reliable than '
                   'CPU-time ones')
-  header.append(f'speed, overhead, deadlock, polling and collective workloads '
-                f'run on CPU {cpu} only (sched_setaffinity); wake-up on all '
-                'CPUs')
+  header.append(f'speed, overhead, deadlock, polling, collective and memory '
+                f'workloads run on CPU {cpu} only (sched_setaffinity); wake-up '
+                'on all CPUs')
 
   def on_patched(script, key, pinned=True):
     processes, repeats = plan[key]
@@ -219,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
       figs.append(figures.wakeup(wakes))
   if 'collective' in only:
     figs.append(figures.collective(on_patched('collective.py', 'collective')))
+  if 'memory' in only:
+    figs.append(figures.memory(*alternating('memory.py', 'memory', '--size',
+                                            size)))
   if 'migration' in only:
     repeats, trips = plan['migration']
     scratch = venvs.default_dir('scratch')

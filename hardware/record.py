@@ -973,6 +973,14 @@ def dumps(data) -> str:
   return '{\n' + ',\n'.join(lines) + '\n}\n'
 
 
+def _write(output, data):
+  """Writes `dumps(data)` to `output` whole or not at all."""
+  tmp = output + '.tmp'
+  with open(tmp, 'w') as f:
+    f.write(dumps(data))
+  os.replace(tmp, output)
+
+
 def _run(fn, *args, interpret):
   try:
     return {'result': fn(*args, interpret=interpret)}
@@ -1058,10 +1066,7 @@ def _record_isolated(output, kinds, interpret) -> int:
     print('no case ran', file=sys.stderr)
     return 1
   data.update(entries)
-  tmp = output + '.tmp'
-  with open(tmp, 'w') as f:
-    f.write(dumps(data))
-  os.replace(tmp, output)
+  _write(output, data)
   return 0
 
 
@@ -1124,10 +1129,7 @@ def main(argv=None) -> int:
         data[kind].append(entry)
         print(kind, *recorder_args, entry['error'] if 'error' in entry
               else 'ok', flush=True)
-        tmp = args.output + '.tmp'
-        with open(tmp, 'w') as f:
-          f.write(dumps(data))
-        os.replace(tmp, args.output)
+        _write(args.output, data)
   return 0
 
 

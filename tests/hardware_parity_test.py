@@ -23,7 +23,9 @@ or, for `ACCEPTED_BY_INTERPRET_MODE`, runs them; for
 `REJECTED_SINCE`, the same message from a release on), and the
 kernels around the VMEM limits of `hardware/probes/vmem_probe.py` (accepted
 or rejected as on the TPU, with the same windows named, also with the scoped
-VMEM limit set by libtpu's flag: #52, jax 0.11.0 and newer); by their
+VMEM limit set by libtpu's flag: #52, jax 0.11.0 and newer) and the
+internal scratch sizes of `hardware/probes/internal_scratch_probe.py` (the
+same errors and messages, #52); by their
 statistics for the bits of `pltpu.prng_random_bits` (jax 0.11.0 and newer);
 to the tolerances of `ULP_TOLERANCE` for transcendentals and float32
 matmuls at the highest precision. `KNOWN_DIFFERENCES` are where interpret
@@ -49,8 +51,11 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / 'hardware'))
-import record  # pylint: disable=g-import-not-at-top,wrong-import-position
-from probes import vmem_probe  # pylint: disable=wrong-import-position
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import record
+from probes import internal_scratch_probe
+from probes import vmem_probe
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 RECORDINGS = sorted((ROOT / 'hardware' / 'recordings').glob('*.json'))
 
@@ -68,7 +73,7 @@ _SINCE = {'dma_semaphore': (0, 11, 0), 'stochastic_round': (0, 10, 0),
           'pack': (0, 10, 0),  # pltpu.pack_elementwise: #34.
           # emit_pipeline asks for the TPU's tiling: a simulated TPU, #36.
           'pipeline': (0, 10, 1),
-          # The emit_pipeline primitive's rule: #25 (#56 on 0.11.0 and
+          # The emit_pipeline primitive's rule: #25 (#57 on 0.11.0 and
           # 0.11.1); without the primitive, as 'pipeline'.
           'pipeline_grid': (0, 11, 0)}
 
@@ -600,6 +605,35 @@ class HardwareParityTest(absltest.TestCase):
       self.assertIn('--xla_tpu_scoped_vmem_limit_kib=', flags)
       with mock.patch.dict(os.environ, {'LIBTPU_INIT_ARGS': flags}):
         self._check_vmem_probe(recording)
+
+  def test_internal_scratch_size_as_on_the_tpu(self):
+    # hardware/probes/internal_scratch_probe.py's copy kernel under internal
+    # scratch sizes from 0 to 256 MiB: interpret mode rejects what the TPU
+    # rejected, with its message, and runs what it ran.
+    self._skip_before('vmem')
+    data = json.loads((ROOT / 'hardware' / 'probes' /
+                       'internal_scratch_probe_tpu_v5_lite.json').read_text())
+    params = pltpu.InterpretParams(device_kind=data['device_kind'])
+    cases = [c for c in data['cases'] if c['kernel'] == 'copy']
+    self.assertLen(cases, 27)
+    for tpu in cases:
+      size = tpu['internal_scratch_in_bytes']
+      with self.subTest(size=size):
+        with pltpu.force_tpu_interpret_mode(params):
+          got = internal_scratch_probe.run('copy', size)
+        if 'error' not in tpu:
+          self.assertEqual(got, {'result': 'ok', 'max_abs_diff': 0.0})
+          continue
+        self.assertEqual(got.get('error'), tpu['error'])
+        if tpu['message'].startswith('INVALID_ARGUMENT'):
+          self.assertEqual(got['message'], tpu['message'])
+        else:  # Up to the allocation's number and the custom call's name.
+          self.assertEqual(got['message'].split(' :: ')[0],
+                           tpu['message'].split(' :: ')[0])
+          self.assertEqual(
+              got['message'].split(' :: ')[1],
+              tpu['message'].split(' :: ')[1].replace('#allocation1 ', '')
+              .replace('{1,0:T(1,128)}', ''))
 
   def _check_random_bits(self, draws, what):
     """Checks three draws of a `record.prng` case.

@@ -27,6 +27,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 
 _MAIN_FILE = textwrap.dedent('''\
     import os
+    import re
     import signal
     import time
     import unittest
@@ -52,6 +53,7 @@ _MAIN_FILE = textwrap.dedent('''\
 
 
     class FakeTest(unittest.TestCase):
+      INTERPRET = False  # As upstream's PallasTPUTest.
 
       def test_a_sees_a_v6e(self):
         self.assertTrue(jtu.test_device_matches(["tpu"]))
@@ -133,6 +135,40 @@ _MAIN_FILE = textwrap.dedent('''\
         # As upstream's tests of ops that a TPU generation lacks: the kernel
         # runs in interpret mode, and "MosaicError not raised".
         with self.assertRaises(MosaicError):
+          pass
+
+      def test_db_reads_compiled_text(self):
+        # As upstream's test_two_input_vadd: a regex over the compiled text.
+        x = jnp.ones((8, 128), jnp.float32)
+        f = pl.pallas_call(
+            add_one, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))
+        compiled = jax.jit(f).lower(x).compile().as_text()
+        self.assertGreater(
+            int(re.search(r'"size":"(\\d+)"', compiled).group(1)), 0)
+
+      def test_dc_lowers_for_a_tpu(self):
+        # As upstream's test_cost_analysis_vmap_symbolic_batch_size.
+        x = jnp.ones((8, 128), jnp.float32)
+        f = pl.pallas_call(
+            add_one, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))
+        self.assertIn("tpu_custom_call", str(pl.lower_as_mlir(jax.jit(f), x)))
+
+      def test_dd_reads_what_debug_prints(self):
+        # As upstream's test_fori_loop_unroll_partial_divides.
+        x = jnp.ones((8, 128), jnp.float32)
+        f = pl.pallas_call(
+            add_one, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            debug=True)
+        with jtu.capture_stdout() as get_output:
+          f(x)
+        self.assertIn("scf.for", get_output())
+
+      def test_de_on_a_tpu_only(self):
+        # As upstream's test_bool_dma_not_implemented and the tests that
+        # only_passes_in_interpret wraps: it expects the TPU's error.
+        if self.INTERPRET:
+          self.skipTest("Test only applies to non-interpret mode.")
+        with self.assertRaisesRegex(Exception, "DMAs with bool dtypes"):
           pass
 
       def test_e_gap(self):
@@ -235,6 +271,14 @@ class CoverageTest(absltest.TestCase):
                                  'checks the lowered or compiled kernel'),
         'test_da_expects_a_mosaic_error': (
             'hardware-only', 'expects a Mosaic compile error'),
+        'test_db_reads_compiled_text': (
+            'hardware-only', 'reads the compiled kernel'),
+        'test_dc_lowers_for_a_tpu': ('hardware-only', 'lowers for a TPU'),
+        'test_dd_reads_what_debug_prints': (
+            'hardware-only', 'reads the Mosaic kernel that debug=True prints'),
+        'test_de_on_a_tpu_only': (
+            'hardware-only',
+            "expects the TPU's error (its source checks self.INTERPRET)"),
         'test_e_gap': ('failed', 'NotImplementedError: nan + dma_sem at '
                                  '<address> N'),
         'test_f_gap': ('failed', 'NotImplementedError: nan + dma_sem at '
@@ -251,8 +295,8 @@ class CoverageTest(absltest.TestCase):
 
   def test_tables(self):
     self.assertEqual(coverage.file_rows(self.outcomes), [
-        {'file': 'tests/pallas/tpu_fake_test.py', 'total': 16, 'passed': 6,
-         'skipped': 1, 'hardware-only': 2, 'failed': 5, 'timed out': 2,
+        {'file': 'tests/pallas/tpu_fake_test.py', 'total': 20, 'passed': 6,
+         'skipped': 1, 'hardware-only': 6, 'failed': 5, 'timed out': 2,
          'pass_rate': 46.2},
         {'file': 'tests/pallas/tpu_other_test.py', 'total': 1, 'passed': 1,
          'skipped': 0, 'hardware-only': 0, 'failed': 0, 'timed out': 0,
@@ -262,16 +306,16 @@ class CoverageTest(absltest.TestCase):
         'status': 'failed', 'tests': 2, 'files': ['tpu_fake_test.py'],
         'cause': 'NotImplementedError: nan + dma_sem at <address> N',
         'example': 'tests/pallas/tpu_fake_test.py::FakeTest::test_e_gap'})
-    self.assertLen(causes, 8)
+    self.assertLen(causes, 12)
     text = coverage.table_text(self.outcomes).splitlines()
     self.assertEqual(text[:4], [
         'file               total  passed  skipped  hw-only  failed  '
         'timed out  pass rate',
-        'tpu_fake_test.py      16       6        1        2       5  '
+        'tpu_fake_test.py      20       6        1        6       5  '
         '        2      46.2%',
         'tpu_other_test.py      1       1        0        0       0  '
         '        0     100.0%',
-        'total                 17       7        1        2       5  '
+        'total                 21       7        1        6       5  '
         '        2      50.0%'])
     self.assertIn('    2  failed         NotImplementedError: nan + dma_sem '
                   'at <address> N (tpu_fake_test.py)', text)

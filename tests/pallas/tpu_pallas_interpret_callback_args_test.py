@@ -17,7 +17,8 @@
 The interpreter's callbacks (loads, stores, DMAs, semaphores, block copies)
 get the NumPy arrays that XLA passes to the host callback: none of their
 arguments is put on a device as a `jax.Array`, which cost more than the
-callbacks' own work.
+callbacks' own work, and a kernel's input becomes its buffer in the
+interpreter's memory without a second copy.
 
 To work around https://github.com/jax-ml/jax/issues/25671 , this file
 contains only tests that do not use shard_map.
@@ -25,6 +26,7 @@ contains only tests that do not use shard_map.
 
 import contextlib
 import threading
+import tracemalloc
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -165,6 +167,43 @@ class InterpretCallbackArgsTest(test_util.InterpretTestCase):
     self.assertGreaterEqual(record['callbacks'], 2 * 8)
     self.assertEqual(record['arg_types'], {np.ndarray})
 
+  def test_an_input_is_copied_once(self):
+    # The kernel overwrites rows 0-7 of its input in HBM by DMA, then copies
+    # rows 0-15 to its output. The caller's array keeps its values, and the
+    # NumPy memory that the call holds at once is the input's buffer and the
+    # output, not also a second copy of the input (the array that XLA made of
+    # the operand for the callback is the buffer).
+    x = np.arange(1024 * 1024, dtype=np.float32).reshape(1024, 1024)
+
+    def kernel(x_hbm, o_hbm, buf, sem):
+      buf[...] = jnp.full((8, 1024), -1.0, jnp.float32)
+      pltpu.async_copy(buf, x_hbm.at[pl.ds(0, 8)], sem).wait()
+      pltpu.async_copy(x_hbm.at[pl.ds(0, 16)], o_hbm, sem).wait()
+
+    call = pl.pallas_call(
+        kernel,
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        out_shape=jax.ShapeDtypeStruct((16, 1024), jnp.float32),
+        scratch_shapes=[
+            pltpu.VMEM((8, 1024), jnp.float32),
+            pltpu.SemaphoreType.DMA,
+        ],
+        interpret=test_util.interpret_params(),
+    )
+    x_device = jnp.asarray(x)
+    jax.block_until_ready(call(x_device))  # Compiles.
+    tracemalloc.start()
+    try:
+      out = jax.block_until_ready(call(x_device))
+      _, peak = tracemalloc.get_traced_memory()
+    finally:
+      tracemalloc.stop()
+
+    np.testing.assert_array_equal(out[:8], -1.0)
+    np.testing.assert_array_equal(out[8:], x[8:16])
+    np.testing.assert_array_equal(x_device, x)
+    self.assertLess(peak, 1.5 * x.nbytes)
 
   def test_failed_callback_logs_the_kernels_source_line(self):
     # As `io_callback` does, a callback that raises is logged with its

@@ -18,8 +18,10 @@ Mosaic rejects a kernel whose VMEM windows (a block of an input or output
 per buffer) exceed the TPU's VMEM or the kernel's scoped VMEM limit
 (`CompilerParams.vmem_limit_bytes`, else libtpu's
 `--xla_tpu_scoped_vmem_limit_kib`, else the TPU's default), or one of whose
-VMEM scratch operands exceeds the VMEM; so does interpret mode, with the
-`JaxRuntimeError` and the message a TPU v5e gives.
+VMEM scratch operands exceeds the VMEM, or whose internal scratch size
+(`CompilerParams.internal_scratch_in_bytes`) is below Mosaic's minimum or
+exceeds the VMEM; so does interpret mode, with the `JaxRuntimeError` and the
+message a TPU v5e gives.
 """
 
 import os
@@ -53,7 +55,8 @@ class InterpretVmemLimitTest(test_util.InterpretTestCase):
     # Older jax releases: end.
 
   def _copy(self, shape, block_shape, grid, index_map, *, device_kind=None,
-            pipeline_mode=None, vmem_limit_bytes=None, scratch_shapes=()):
+            pipeline_mode=None, vmem_limit_bytes=None, scratch_shapes=(),
+            internal_scratch_in_bytes=None):
     """Copies a float32 array of `shape` by blocks, in TPU interpret mode."""
     def kernel(x_ref, o_ref, *scratch_refs):
       del scratch_refs
@@ -69,7 +72,8 @@ class InterpretVmemLimitTest(test_util.InterpretTestCase):
         out_specs=spec,
         scratch_shapes=scratch_shapes,
         compiler_params=pltpu.CompilerParams(
-            vmem_limit_bytes=vmem_limit_bytes),
+            vmem_limit_bytes=vmem_limit_bytes,
+            internal_scratch_in_bytes=internal_scratch_in_bytes),
         interpret=test_util.interpret_params(device_kind=device_kind),
     )(x)
     return x, out
@@ -199,6 +203,31 @@ class InterpretVmemLimitTest(test_util.InterpretTestCase):
                         device_kind='TPU v4', vmem_limit_bytes=8192,
                         scratch_shapes=scratch_shapes)
     np.testing.assert_array_equal(out, x)
+
+  def test_internal_scratch_size(self):
+    # On a TPU v5e, Mosaic rounds the internal scratch size up to a multiple
+    # of 512 bytes and rejects it below 36 KiB or above the VMEM (128 MiB).
+    def run(size, device_kind='TPU v5 lite'):
+      return self._copy((8, 128), (8, 128), (1,), lambda i: (i, 0),
+                        device_kind=device_kind,
+                        internal_scratch_in_bytes=size)
+
+    for size in (512, 36352):
+      with self.assertRaisesRegex(
+          jax.errors.JaxRuntimeError,
+          'INVALID_ARGUMENT: Mosaic failed to compile TPU kernel: Requested'
+          f' internal scratch size {size} needs to be at least 36864 bytes.'):
+        run(size)
+    with self.assertRaisesRegex(
+        jax.errors.JaxRuntimeError,
+        r'RESOURCE_EXHAUSTED: Allocation \(size=134218240\) would exceed'
+        r" memory \(size=134217728\) :: \[shape = 'u32\[262145,128\]',"
+        r" space=vmem, size = 0x8000200, scoped, tag = 'internal scratch'\]"):
+      run(2**27 + 512)
+    for size, device_kind in ((36353, 'TPU v5 lite'), (2**27, 'TPU v5 lite'),
+                              (512, 'TPU v6 lite'), (512, None)):
+      x, out = run(size, device_kind)
+      np.testing.assert_array_equal(out, x)
 
 
 if __name__ == '__main__':
