@@ -197,6 +197,7 @@ _MASKED_STORE = 'tpu_pallas_interpret_masked_store_test.py'
 _STOCHASTIC_ROUND = 'tpu_pallas_interpret_stochastic_round_test.py'
 _UNSIGNED_MATMUL = 'tpu_pallas_interpret_unsigned_matmul_test.py'
 _NARROW_MASKED_STORE = 'tpu_pallas_interpret_narrow_masked_store_test.py'
+_INTEGER_WIDTH = 'tpu_pallas_interpret_integer_width_test.py'
 _DISABLE_BOUNDS_CHECKS = (
     'tpu_pallas_interpret_disable_bounds_checks_test.py')
 _RANDOM_IMPL = 'tpu_pallas_interpret_random_impl_test.py'
@@ -720,13 +721,16 @@ CHANGES = (
         prefix='0040',
         summary=(
             "In TensorCore kernels, TPU interpret mode now raises Mosaic's "
-            '`NotImplementedError` for matmuls with unsigned integer operands '
-            'and for masked stores of values whose elements are not 32 bits '
-            'wide. Mosaic cannot compile these, but the interpreter ran them, '
-            'so a kernel debugged on CPU failed only once it reached a TPU.'),
+            'errors for unsigned integer matmuls, masked stores of data '
+            'narrower than 32 bits, and integer arithmetic on scalars '
+            'narrower than 32 bits or vectors narrower than 16 (with a '
+            'simulated TPU v5e, also what that chip failed to compile). '
+            'The interpreter ran these, so such a kernel failed only once '
+            'it reached a TPU.'),
         tests=(_tests(_UNSIGNED_MATMUL, 'InterpretUnsignedMatmulTest')
                + _tests(_NARROW_MASKED_STORE,
-                        'InterpretNarrowMaskedStoreTest')),
+                        'InterpretNarrowMaskedStoreTest')
+               + _tests(_INTEGER_WIDTH, 'InterpretIntegerWidthTest')),
     ),
     Change(
         prefix='0041',

@@ -25,7 +25,8 @@ kernels around the VMEM limits of `hardware/probes/vmem_probe.py` (accepted
 or rejected as on the TPU, with the same windows named, also with the scoped
 VMEM limit set by libtpu's flag: #52, jax 0.11.0 and newer) and the
 internal scratch sizes of `hardware/probes/internal_scratch_probe.py` (the
-same errors and messages, #52); by their
+same errors and messages, #52) and the integer operations of each width of
+`hardware/probes/integer_width_probe.py` (Mosaic's rejections, #40); by their
 statistics for the bits of `pltpu.prng_random_bits` (jax 0.11.0 and newer);
 to the tolerances of `ULP_TOLERANCE` for transcendentals and float32
 matmuls at the highest precision. `KNOWN_DIFFERENCES` are where interpret
@@ -53,6 +54,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / 'hardware'))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import record
+from probes import integer_width_probe
 from probes import internal_scratch_probe
 from probes import vmem_probe
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -75,7 +77,10 @@ _SINCE = {'dma_semaphore': (0, 11, 0), 'stochastic_round': (0, 10, 0),
           'pipeline': (0, 10, 1),
           # The emit_pipeline primitive's rule: #25 (#57 on 0.11.0 and
           # 0.11.1); without the primitive, as 'pipeline'.
-          'pipeline_grid': (0, 11, 0)}
+          'pipeline_grid': (0, 11, 0),
+          # Mosaic's errors for integer arithmetic of other widths: #40;
+          # those of a TPU v5e need a simulated TPU, #36.
+          'integer_width': (0, 10, 1)}
 
 # Matmuls the TPU's jax did not compile: the error it recorded.
 NOT_COMPILED = {
@@ -174,8 +179,6 @@ ACCEPTED_BY_INTERPRET_MODE = {
     ('reject', 'dynamic_lane_slice'): (
         'MosaicError', 'cannot statically prove that index in dimension 1 '
         'is a multiple of 128'),
-    ('reject', 'int16_scalar_arithmetic'): (
-        'MosaicError', 'Only i32 arith.muli is supported'),
 }
 
 # Kernels that the TPU's jax rejected and interpret mode rejects from a jax
@@ -634,6 +637,41 @@ class HardwareParityTest(absltest.TestCase):
               got['message'].split(' :: ')[1],
               tpu['message'].split(' :: ')[1].replace('#allocation1 ', '')
               .replace('{1,0:T(1,128)}', ''))
+
+  def test_integer_widths_as_on_the_tpu(self):
+    # hardware/probes/integer_width_probe.py: integer operations on SMEM
+    # scalars and VMEM vectors of each width. Interpret mode, simulating the
+    # recording's TPU, rejects what the TPU rejected, with the same
+    # MosaicError and the first line of its message (a legalization error up
+    # to the MLIR operation it prints), and computes what the TPU computed
+    # (the narrow widths; the TPU's results equal NumPy's in the recording).
+    self._skip_before('integer_width')
+    data = json.loads((ROOT / 'hardware' / 'probes' /
+                       'integer_width_probe_tpu_v5_lite.json').read_text())
+    params = pltpu.InterpretParams(device_kind=data['device_kind'])
+    prefix = 'INTERNAL: Mosaic failed to compile TPU kernel: '
+    checked = 0
+    for tpu in data['cases']:
+      if tpu.get('error') == 'TypeError':  # jnp.abs of int4: jax rejects it.
+        continue
+      if 'error' not in tpu:
+        self.assertTrue(tpu['equal'], tpu)
+        if tpu['dtype'] in ('int32', 'uint32'):
+          continue
+      checked += 1
+      with self.subTest(kind=tpu['kind'], op=tpu['op'], dtype=tpu['dtype']):
+        got = integer_width_probe.run(tpu['kind'], tpu['op'], tpu['dtype'],
+                                      interpret=params)
+        if 'error' not in tpu:
+          self.assertIs(got.get('equal'), True, got)
+          continue
+        self.assertEqual(got.get('error'), 'MosaicError', got)
+        want = tpu['message'].removeprefix(prefix).split('\n')[0]
+        if want.startswith('failed to legalize operation'):
+          want = want.split(':')[0]
+        self.assertEqual(got['message'].removeprefix(prefix).split('\n')[0],
+                         want)
+    self.assertEqual(checked, 325)
 
   def _check_random_bits(self, draws, what):
     """Checks three draws of a `record.prng` case.

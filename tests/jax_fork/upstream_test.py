@@ -222,6 +222,11 @@ pytype_strict_library(
 ''',
     'jax/_src/pallas/mosaic/BUILD': '''\
 pytype_strict_library(
+    name = "error_handling",
+    srcs = ["error_handling.py"],
+)
+
+pytype_strict_library(
     name = "lowering",
     srcs = ["lowering.py"],
 )
@@ -998,6 +1003,8 @@ class UpstreamExportTest(absltest.TestCase):
             '        ":util",\n'),
         'jax/_src/pallas/mosaic/interpret/BUILD': interpret.replace(
             '        "//jax/_src/pallas/mosaic:primitives",\n',
+            # 0040 raises Mosaic's MosaicError for narrow integer arithmetic.
+            '        "//jax/_src/pallas/mosaic:error_handling",\n'
             # 0052 raises Mosaic's LoweringException for pl.Buffered(3).
             '        "//jax/_src/pallas/mosaic:lowering",\n'
             '        "//jax/_src/pallas/mosaic:primitives",\n'
