@@ -658,6 +658,11 @@ class HardwareParityTest(absltest.TestCase):
         self.assertTrue(tpu['equal'], tpu)
         if tpu['dtype'] in ('int32', 'uint32'):
           continue
+        if (jax.__version_info__[:3] == (0, 10, 1) and tpu['kind'] == 'scalar'
+            and tpu['dtype'] in ('int4', 'uint4')):
+          # Stock jax 0.10.1's interpreter loads and stores 4-bit SMEM
+          # scalars wrongly (other values from run to run; 0.10.2 does not).
+          continue
       checked += 1
       with self.subTest(kind=tpu['kind'], op=tpu['op'], dtype=tpu['dtype']):
         got = integer_width_probe.run(tpu['kind'], tpu['op'], tpu['dtype'],
@@ -671,7 +676,8 @@ class HardwareParityTest(absltest.TestCase):
           want = want.split(':')[0]
         self.assertEqual(got['message'].removeprefix(prefix).split('\n')[0],
                          want)
-    self.assertEqual(checked, 325)
+    self.assertEqual(checked, 325 if jax.__version_info__[:3] != (0, 10, 1)
+                     else 318)
 
   def _check_random_bits(self, draws, what):
     """Checks three draws of a `record.prng` case.
