@@ -10,8 +10,8 @@ the test's source; this module classifies every test as
 
 - ``passed``, ``skipped``;
 - ``hardware-only``: the failure is a check of Mosaic's lowering or
-  compilation (``HARDWARE_ONLY`` says which failures those are), not a
-  gap of the interpreter;
+  compilation, or of XLA:TPU outside the kernel (``HARDWARE_ONLY`` says
+  which failures those are), not a gap of the interpreter;
 - ``timed out``: the plugin's alarm stopped it, or it hung where a signal
   cannot reach it (inside XLA) and the process was killed ``GRACE_S``
   seconds later; the file's remaining tests then run in a new process;
@@ -66,7 +66,8 @@ _PLUGIN = 'jax_fork_coverage_plugin'
 # A failure is hardware-only when one of these holds: (reason, exception
 # types, regex over the test method's source, regex over the failing
 # statements and the message). An interpreter error while tracing (a
-# NotImplementedError under `.lower(...)`) is a gap, and so is a wrong value.
+# NotImplementedError under `.lower(...)`) is a gap, unless the TPU does not
+# compile the kernel either, and so is a wrong value.
 _LOWERS = re.compile(r'\.lower\(|\.compile\(|as_text\(|compiler_ir\(|'
                      r'tpu_custom_call|mlir', re.I)
 HARDWARE_ONLY = (
@@ -93,6 +94,19 @@ HARDWARE_ONLY = (
     ("expects the TPU's error (its source checks self.INTERPRET)",
      ('AssertionError',), re.compile(r'self\.INTERPRET\b'),
      re.compile(r'not raised')),
+    # `pin` and `unpin` (jax._src.state.primitives) lower, outside the
+    # kernel, to XLA:TPU's custom calls Pin and Unpin, which XLA:CPU lacks
+    # ("No registered implementation for untyped custom call to Pin").
+    ("pins a buffer with XLA:TPU's Pin and Unpin custom calls",
+     ('TypeError', 'JaxRuntimeError'), re.compile(r'\bpin\('),
+     re.compile(r'AbstractLinVal|custom call to (Un)?pin\b', re.I)),
+    # It lowers a kernel with an int32 array in SEMAPHORE memory and reads
+    # the text; the TPU v5e does not compile that kernel (XLA aborts, or
+    # Mosaic rejects the window: hardware/probes/semaphore_memory_probe.py),
+    # and interpret mode refuses it when it lowers it.
+    ('lowers a kernel that the TPU does not compile (an int32 array in '
+     'SEMAPHORE memory)', ('NotImplementedError',), _LOWERS,
+     re.compile(r'in SEMAPHORE memory in TPU interpret mode')),
 )
 _CALLBACK = 'Traceback (most recent call last)'
 

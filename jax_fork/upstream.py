@@ -216,6 +216,7 @@ _DMA_RACE = 'tpu_pallas_interpret_dma_race_test.py'
 _NONZERO_SEMAPHORE = 'tpu_pallas_interpret_nonzero_semaphore_test.py'
 _VMEM_LIMIT = 'tpu_pallas_interpret_vmem_limit_test.py'
 _FREE_BUFFERS = 'tpu_pallas_interpret_free_buffers_test.py'
+_DEVICE_ID_LENGTH = 'tpu_pallas_interpret_device_id_length_test.py'
 
 
 def _tests(file: str, name: str,
@@ -894,6 +895,16 @@ CHANGES = (
             '`test_large_array_indexing`). A semaphore now refers to its '
             'memory weakly.'),
         tests=_tests(_FREE_BUFFERS, 'InterpretFreeBuffersTest'),
+    ),
+    Change(
+        prefix='0054',
+        summary=(
+            'A device id of mesh coordinates with more or fewer coordinates '
+            'than the mesh has axes failed in TPU interpret mode with an '
+            "`AssertionError` without a message. It now raises Mosaic's "
+            "`ValueError`, 'Number of device ids must match the number of "
+            "mesh axes, but got 2 ids for a 0D mesh.'"),
+        tests=_tests(_DEVICE_ID_LENGTH, 'InterpretDeviceIdLengthTest'),
     ),
     Change(
         prefix=None,
@@ -1630,7 +1641,8 @@ def pr_description(message: str, number: int, total: int, stat: str,
     number: the commit's place in the stack (1-based).
     total: the number of commits in the stack.
     stat: ``git show --stat`` of the commit.
-    tests: ``(file, class, method names)`` of the tests it adds.
+    tests: ``(file, class, method names)`` of the tests it adds; the
+      description lists the methods whose names start with ``test``.
     change: the change.
     tested: lines that say how it was tested, or None if not measured.
     base: what the first commit applies on.
@@ -1639,8 +1651,9 @@ def pr_description(message: str, number: int, total: int, stat: str,
   depends = (f'It applies on {base}.' if number == 1 else
              f'It is stacked on PR {number - 1} of {total} of this series '
              '(send them in order).')
-  added = ''.join(
-      f'- `{cls}` in `{file}`: ' + ', '.join(f'`{m}`' for m in methods) + '\n'
+  added = ''.join(  # The test methods, not the class's helpers.
+      f'- `{cls}` in `{file}`: '
+      + ', '.join(f'`{m}`' for m in methods if m.startswith('test')) + '\n'
       for file, cls, methods in tests)
   how = '\n'.join(tested) if tested else (
       'Not measured: this export ran without `--test_python`, so it claims '

@@ -25,8 +25,10 @@ kernels around the VMEM limits of `hardware/probes/vmem_probe.py` (accepted
 or rejected as on the TPU, with the same windows named, also with the scoped
 VMEM limit set by libtpu's flag: #52, jax 0.11.0 and newer) and the
 internal scratch sizes of `hardware/probes/internal_scratch_probe.py` (the
-same errors and messages, #52) and the integer operations of each width of
-`hardware/probes/integer_width_probe.py` (Mosaic's rejections, #40); by their
+same errors and messages, #52), the integer operations of each width of
+`hardware/probes/integer_width_probe.py` (Mosaic's rejections, #40) and the
+int32 arrays in SEMAPHORE memory of `hardware/probes/semaphore_memory_probe.py`
+(refused where the TPU did not run them, jax 0.10.1 and newer); by their
 statistics for the bits of `pltpu.prng_random_bits` (jax 0.11.0 and newer);
 to the tolerances of `ULP_TOLERANCE` for transcendentals and float32
 matmuls at the highest precision. `KNOWN_DIFFERENCES` are where interpret
@@ -56,6 +58,7 @@ sys.path.insert(0, str(ROOT / 'hardware'))
 import record
 from probes import integer_width_probe
 from probes import internal_scratch_probe
+from probes import semaphore_memory_probe
 from probes import vmem_probe
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -75,12 +78,17 @@ _SINCE = {'dma_semaphore': (0, 11, 0), 'stochastic_round': (0, 10, 0),
           'pack': (0, 10, 0),  # pltpu.pack_elementwise: #34.
           # emit_pipeline asks for the TPU's tiling: a simulated TPU, #36.
           'pipeline': (0, 10, 1),
-          # The emit_pipeline primitive's rule: #25 (#57 on 0.11.0 and
+          # The emit_pipeline primitive's rule: #25 (#58 on 0.11.0 and
           # 0.11.1); without the primitive, as 'pipeline'.
           'pipeline_grid': (0, 11, 0),
           # Mosaic's errors for integer arithmetic of other widths: #40;
           # those of a TPU v5e need a simulated TPU, #36.
-          'integer_width': (0, 10, 1)}
+          'integer_width': (0, 10, 1),
+          # int32 arrays in SEMAPHORE memory refused: #12, semaphore-typed
+          # pallas_call operands (on jax 0.10.0, without it, the pallas_call
+          # fails with a TypeError in the interpreter's callback, and
+          # pl.kernel takes no out_type).
+          'semaphore_memory': (0, 10, 1)}
 
 # Matmuls the TPU's jax did not compile: the error it recorded.
 NOT_COMPILED = {
@@ -676,8 +684,29 @@ class HardwareParityTest(absltest.TestCase):
           want = want.split(':')[0]
         self.assertEqual(got['message'].removeprefix(prefix).split('\n')[0],
                          want)
-    self.assertEqual(checked, 325 if jax.__version_info__[:3] != (0, 10, 1)
-                     else 318)
+    self.assertEqual(checked, 337 if jax.__version_info__[:3] != (0, 10, 1)
+                     else 330)
+
+  def test_semaphore_memory_as_on_the_tpu(self):
+    # hardware/probes/semaphore_memory_probe.py: a copy into an int32 array
+    # in SEMAPHORE memory, which the TPU did not run (XLA's compiler aborted
+    # the process, or Mosaic rejected the window), and into SMEM. Interpret
+    # mode refuses the first two when it lowers the kernel, saying why, and
+    # runs the third as the TPU did.
+    self._skip_before('semaphore_memory')
+    data = json.loads((ROOT / 'hardware' / 'probes' /
+                       'semaphore_memory_probe_tpu_v5_lite.json').read_text())
+    self.assertLen(data['cases'], 3)
+    for tpu in data['cases']:
+      with self.subTest(case=tpu['case']):
+        got = semaphore_memory_probe.run(tpu['case'], interpret=True)
+        if 'error' not in tpu:
+          self.assertTrue(tpu['equal'], tpu)
+          self.assertIs(got.get('equal'), True, got)
+          continue
+        self.assertEqual(got.get('error'), 'NotImplementedError', got)
+        self.assertIn('of dtype int32 in SEMAPHORE memory in TPU interpret '
+                      'mode', got['message'])
 
   def _check_random_bits(self, draws, what):
     """Checks three draws of a `record.prng` case.

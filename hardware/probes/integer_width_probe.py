@@ -85,6 +85,8 @@ OPS = {
            lambda x, y: (x <= y).astype(np.int64)),
     'gt': (lambda x, y: (x > y).astype(x.dtype),
            lambda x, y: (x > y).astype(np.int64)),
+    'ge': (lambda x, y: (x >= y).astype(x.dtype),
+           lambda x, y: (x >= y).astype(np.int64)),
     # A select of narrow values by a predicate computed in int32.
     'select_i32': (lambda x, y: jnp.where(
         x.astype(jnp.int32) < y.astype(jnp.int32), y, x), np.maximum),

@@ -228,6 +228,48 @@ _CHIP_FILE = textwrap.dedent('''\
 ''')
 
 
+class ClassifyTest(absltest.TestCase):
+  """The rules of `coverage.HARDWARE_ONLY` that the fake files do not reach,
+  on records as the plugin writes them for upstream's tests."""
+
+  def _failed(self, error, message, source, statements=()):
+    return [{'nodeid': 't::T::test', 'when': 'call', 'outcome': 'failed',
+             'error': error, 'message': message, 'source': source,
+             'statements': list(statements)}]
+
+  def test_pins_a_buffer(self):
+    # tpu_pallas_state_test.py's PinnedBufferTest.test_basic.
+    source = ('  def test_basic(self):\n    x_pinned = pin(x)\n'
+              '    return unpin(x_pinned)\n')
+    self.assertEqual(
+        coverage.classify(self._failed(
+            'TypeError', "No xla_shape_handler for type: <class "
+            "'jax._src.state.types.AbstractLinVal'>", source)),
+        ('hardware-only',
+         "pins a buffer with XLA:TPU's Pin and Unpin custom calls"))
+    # Another TypeError of the same test is a gap.
+    self.assertEqual(
+        coverage.classify(self._failed('TypeError', 'bad operand', source)),
+        ('failed', 'TypeError: bad operand'))
+
+  def test_lowers_an_int32_array_in_semaphore_memory(self):
+    # tpu_pallas_state_test.py's
+    # CoreMapTest.test_kernel_with_output_memory_space_SEMAPHORE.
+    message = ('Operand out0 of dtype int32 in SEMAPHORE memory in TPU '
+               'interpret mode (only semaphore-typed arrays are supported '
+               'there).')
+    self.assertEqual(
+        coverage.classify(self._failed(
+            'NotImplementedError', message,
+            '    text = jax.jit(f).lower(x).as_text()\n')),
+        ('hardware-only', 'lowers a kernel that the TPU does not compile (an '
+         'int32 array in SEMAPHORE memory)'))
+    # Where the test runs the kernel instead, the refusal is a gap.
+    self.assertEqual(
+        coverage.classify(self._failed('NotImplementedError', message,
+                                       '    y = f(x)\n'))[0], 'failed')
+
+
 class CoverageTest(absltest.TestCase):
 
   @classmethod

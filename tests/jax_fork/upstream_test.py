@@ -556,7 +556,7 @@ class UpstreamExportTest(absltest.TestCase):
     own = [c for c in upstream.CHANGES if c.prefix is not None]
     self.assertEqual([p.name[:4] for p in to_export],
                      [c.prefix for c in own])
-    self.assertLen(to_export, 53)
+    self.assertLen(to_export, 54)
     for patch, written in zip(to_export, patches):
       self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
       self.assertTrue(os.path.exists(written[:-len('.patch')] + '.md'))
@@ -670,7 +670,7 @@ class UpstreamExportTest(absltest.TestCase):
   def test_carried_test_files(self):
     # scripts/run_tests.py runs only these files of tests/pallas: on the
     # newest series all of them but those of changes that only older series
-    # have (no prefix, not upstream in a newer release: #56), on the
+    # have (no prefix, not upstream in a newer release: #57), on the
     # maintenance-only ones the files tests/pallas/BUILD.bazel gives their
     # Bazel targets.
     manifest = manifest_lib.load(os.path.join(REPO, 'patches'))
@@ -718,7 +718,7 @@ class UpstreamExportTest(absltest.TestCase):
           self.assertEqual(
               any(p.subject == backport.subject for p in series.patches),
               carried and version != '0.12.0.1')
-    # A change of the older series only (#56) runs where its patch is.
+    # A change of the older series only (#57) runs where its patch is.
     for version, carried in (('0.12.0.1', False), ('0.11.2', False),
                              ('0.10.2', True), ('0.10.0', True),
                              ('0.9.2', False)):
@@ -1127,6 +1127,23 @@ print(f'{{len(kept)}} passed, {{len(names) - len(kept)}} deselected in 0.1s')
       self.assertTrue(how.startswith('\nNot measured: this export ran '
                                      'without `--test_python`'), how)
       self.assertNotRegex(how, r'\d+ (passed|failed|skipped)')
+
+  def test_descriptions_list_test_methods_not_helpers(self):
+    # InterpretFreeBuffersTest has a helper, `_held_after_calls`.
+    listed = {}
+    for patch in self.export():
+      with open(patch[:-len('.patch')] + '.md') as f:
+        added = f.read().split('Tests added (a class per change):\n\n')[1]
+      for line in added.split('\n\n')[0].splitlines():
+        cls, _, methods = line.partition(': ')
+        listed[cls] = methods.split(', ')
+    free = listed['- `InterpretFreeBuffersTest` in '
+                  '`tests/pallas/tpu_pallas_interpret_test.py`']
+    self.assertIn('`test_an_inputs_buffer_is_freed`', free)
+    self.assertNotIn('`_held_after_calls`', free)
+    for methods in listed.values():
+      for m in methods:
+        self.assertTrue(m.startswith('`test'), m)
 
   def test_test_python_that_is_not_an_executable(self):
     with self.assertRaisesRegex(errors.UsageError,
