@@ -51,7 +51,6 @@ def cosine_scores(x_hbm, codebook_hbm, table_hbm, scores_hbm, seen_hbm,
                                   (((1,), (1,)), ((), ())))
     pltpu.sync_copy(scores, scores_hbm.at[rows])
     pltpu.sync_copy(seen, seen_hbm.at[pl.ds(core, 1)])
-
     pl.semaphore_signal(done, 1)
 
     @pl.when(core == 0)
@@ -70,8 +69,11 @@ codebook = jax.random.normal(jax.random.key(1), (CODES, COLS), f32)
 table, scores, seen = cosine_scores(x, codebook)
 want = np.asarray(codebook, np.float64)
 want /= np.linalg.norm(want, axis=1, keepdims=True)  # The normalized codes.
-print('ready count seen after the wait, per core:', np.asarray(seen).tolist())
+want_scores = np.asarray(x, np.float64) @ want.T
+print('ready count:', np.asarray(seen).tolist(), 'expected:', [CORES] * CORES)
+print('max |table - numpy|:', np.abs(table - want).max(),
+      'max |scores - numpy|:', np.abs(scores - want_scores).max())
 ok = (np.allclose(table, want, atol=1e-6) and (np.asarray(seen) == CORES).all()
-      and np.allclose(scores, np.asarray(x, np.float64) @ want.T, atol=1e-4))
+      and np.allclose(scores, want_scores, atol=1e-4))
 print('ok' if ok else 'MISMATCH')
 sys.exit(0 if ok else 1)

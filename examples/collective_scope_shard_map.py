@@ -52,6 +52,7 @@ sums = jax.jit(jax.shard_map(column_sums, mesh=mesh, in_specs=P('x'),
 sums = np.asarray(sums).reshape(DEVICES, CORES, 8, COLS)
 want = np.asarray(x).reshape(DEVICES, CORES * ROWS, COLS).sum(axis=1)
 print('device 0 / device 1 sum of column 0:', sums[:, 0, 0, 0].tolist())
+print('numpy:                               ', want[:, 0].tolist())
 ok = np.allclose(sums, want[:, None, None, :], atol=1e-4)
 print('ok' if ok else 'MISMATCH')
 sys.exit(0 if ok else 1)

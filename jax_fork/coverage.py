@@ -96,10 +96,14 @@ HARDWARE_ONLY = (
      re.compile(r'not raised')),
     # `pin` and `unpin` (jax._src.state.primitives) lower, outside the
     # kernel, to XLA:TPU's custom calls Pin and Unpin, which XLA:CPU lacks
-    # ("No registered implementation for untyped custom call to Pin").
+    # ("No registered implementation for untyped custom call to Pin"); a
+    # kernel's pinned input is a NotImplementedError with #55, a TypeError
+    # without.
     ("pins a buffer with XLA:TPU's Pin and Unpin custom calls",
-     ('TypeError', 'JaxRuntimeError'), re.compile(r'\bpin\('),
-     re.compile(r'AbstractLinVal|custom call to (Un)?pin\b', re.I)),
+     ('TypeError', 'JaxRuntimeError', 'NotImplementedError'),
+     re.compile(r'\bpin\('),
+     re.compile(r'AbstractLinVal|custom call to (Un)?pin\b|'
+                r'is a pinned buffer \(`pin`\)', re.I)),
     # It lowers a kernel with an int32 array in SEMAPHORE memory and reads
     # the text; the TPU v5e does not compile that kernel (XLA aborts, or
     # Mosaic rejects the window: hardware/probes/semaphore_memory_probe.py),

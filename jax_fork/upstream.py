@@ -217,6 +217,7 @@ _NONZERO_SEMAPHORE = 'tpu_pallas_interpret_nonzero_semaphore_test.py'
 _VMEM_LIMIT = 'tpu_pallas_interpret_vmem_limit_test.py'
 _FREE_BUFFERS = 'tpu_pallas_interpret_free_buffers_test.py'
 _DEVICE_ID_LENGTH = 'tpu_pallas_interpret_device_id_length_test.py'
+_PINNED_BUFFER = 'tpu_pallas_interpret_pinned_buffer_test.py'
 
 
 def _tests(file: str, name: str,
@@ -834,7 +835,8 @@ CHANGES = (
             'to bfloat16, so a kernel could pass in interpret mode but lose '
             'precision on a TPU. The new option '
             '`InterpretParams(matmul_precision="tpu")` rounds the operands '
-            'the same way; the default, `"float32"`, keeps the current '
+            'the same way and sums the products in the order of a TPU '
+            "v5e's MXU; the default, `\"float32\"`, keeps the current "
             'results, which match XLA on CPU.'),
         tests=_tests(_MATMUL_PRECISION, 'InterpretMatmulPrecisionTest'),
     ),
@@ -905,6 +907,16 @@ CHANGES = (
             "`ValueError`, 'Number of device ids must match the number of "
             "mesh axes, but got 2 ids for a 0D mesh.'"),
         tests=_tests(_DEVICE_ID_LENGTH, 'InterpretDeviceIdLengthTest'),
+    ),
+    Change(
+        prefix='0055',
+        summary=(
+            'A `pallas_call` whose input is a pinned buffer (`pin`) failed in '
+            'TPU interpret mode with `TypeError: No xla_shape_handler for '
+            "type: ...AbstractLinVal`. It now raises `NotImplementedError` "
+            'naming the input and `pin`: only XLA:TPU has the `Pin` custom '
+            'call.'),
+        tests=_tests(_PINNED_BUFFER, 'InterpretPinnedBufferTest'),
     ),
     Change(
         prefix=None,

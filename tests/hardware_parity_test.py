@@ -28,7 +28,9 @@ internal scratch sizes of `hardware/probes/internal_scratch_probe.py` (the
 same errors and messages, #52), the integer operations of each width of
 `hardware/probes/integer_width_probe.py` (Mosaic's rejections, #40) and the
 int32 arrays in SEMAPHORE memory of `hardware/probes/semaphore_memory_probe.py`
-(refused where the TPU did not run them, jax 0.10.1 and newer); by their
+(refused where the TPU did not run them, jax 0.10.1 and newer), and the
+float32 sums of `hardware/probes/mxu_accumulation_probe.py` (the MXU's order,
+`matmul_precision="tpu"`, jax 0.10.0 and newer); by their
 statistics for the bits of `pltpu.prng_random_bits` (jax 0.11.0 and newer);
 to the tolerances of `ULP_TOLERANCE` for transcendentals and float32
 matmuls at the highest precision. `KNOWN_DIFFERENCES` are where interpret
@@ -58,6 +60,7 @@ sys.path.insert(0, str(ROOT / 'hardware'))
 import record
 from probes import integer_width_probe
 from probes import internal_scratch_probe
+from probes import mxu_accumulation_probe
 from probes import semaphore_memory_probe
 from probes import vmem_probe
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -78,7 +81,7 @@ _SINCE = {'dma_semaphore': (0, 11, 0), 'stochastic_round': (0, 10, 0),
           'pack': (0, 10, 0),  # pltpu.pack_elementwise: #34.
           # emit_pipeline asks for the TPU's tiling: a simulated TPU, #36.
           'pipeline': (0, 10, 1),
-          # The emit_pipeline primitive's rule: #25 (#58 on 0.11.0 and
+          # The emit_pipeline primitive's rule: #25 (#59 on 0.11.0 and
           # 0.11.1); without the primitive, as 'pipeline'.
           'pipeline_grid': (0, 11, 0),
           # Mosaic's errors for integer arithmetic of other widths: #40;
@@ -707,6 +710,24 @@ class HardwareParityTest(absltest.TestCase):
         self.assertEqual(got.get('error'), 'NotImplementedError', got)
         self.assertIn('of dtype int32 in SEMAPHORE memory in TPU interpret '
                       'mode', got['message'])
+
+  def test_mxu_accumulation_as_on_the_tpu(self):
+    # hardware/probes/mxu_accumulation_probe.py: float32 matmuls of bfloat16
+    # values, with matmul_precision="tpu" (#48) summed in the MXU's order.
+    # One element of the 8,192 is 1 ulp from the chip's (docs/hardware.md).
+    self._skip_before('matmul_precision')
+    data = json.loads((ROOT / 'hardware' / 'probes' /
+                       'mxu_accumulation_probe_tpu_v5_lite.json').read_text())
+    self.assertEqual(set(data['cases']), set(mxu_accumulation_probe.CASES))
+    for case, encoded in data['cases'].items():
+      with self.subTest(case=case):
+        tpu = mxu_accumulation_probe.decode(encoded)
+        got = mxu_accumulation_probe.run(case, interpret=True)
+        ulps = np.abs(got.view(np.int32).astype(np.int64)
+                      - tpu.view(np.int32))
+        self.assertLessEqual(ulps.max(), 1)
+        self.assertEqual(np.count_nonzero(ulps),
+                         1 if case == 'dot_k128' else 0)
 
   def _check_random_bits(self, draws, what):
     """Checks three draws of a `record.prng` case.

@@ -15,8 +15,8 @@ into
 - `pallas_call_semaphore`: a `pallas_call` output block in SEMAPHORE memory,
 
 and records, as JSON, what each gives: the result and whether it equals the
-input, the error class and message, or the process's exit status and the
-last lines of its stderr.
+input, the error class and message, or, for a process that died, its exit
+status and its stderr's `Check failed` line (else its last line).
 
     python3 hardware/probes/semaphore_memory_probe.py --out DIR [--interpret]
 
@@ -77,7 +77,7 @@ def run(case, interpret=False):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--out', required=True)
+  parser.add_argument('--out', help='where to write the JSON (not with --case)')
   parser.add_argument('--name', default='semaphore_memory_probe.json')
   parser.add_argument('--interpret', action='store_true',
                       help='run in TPU interpret mode instead')
@@ -91,11 +91,13 @@ def main():
                       'platform': device.platform}), flush=True)
     print(json.dumps(run(args.case, args.interpret)), flush=True)
     return
+  if not args.out:
+    parser.error('--out is required unless --case is given')
   # Only the cases' processes open the TPU: one process at a time can.
   data = {'interpret': args.interpret, 'cases': []}
   for case in CASES:
     proc = subprocess.run(
-        [sys.executable, __file__, '--out', args.out, '--case', case]
+        [sys.executable, __file__, '--case', case]
         + (['--interpret'] if args.interpret else []),
         capture_output=True, text=True, check=False)
     entry = {'case': case}

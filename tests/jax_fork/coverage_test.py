@@ -247,6 +247,12 @@ class ClassifyTest(absltest.TestCase):
             "'jax._src.state.types.AbstractLinVal'>", source)),
         ('hardware-only',
          "pins a buffer with XLA:TPU's Pin and Unpin custom calls"))
+    # With #55 the interpreter says so itself.
+    self.assertEqual(
+        coverage.classify(self._failed(
+            'NotImplementedError', 'Input 0 of the pallas_call is a pinned '
+            'buffer (`pin`): pinned buffers are not supported in TPU '
+            'interpret mode.', source))[0], 'hardware-only')
     # Another TypeError of the same test is a gap.
     self.assertEqual(
         coverage.classify(self._failed('TypeError', 'bad operand', source)),

@@ -556,7 +556,7 @@ class UpstreamExportTest(absltest.TestCase):
     own = [c for c in upstream.CHANGES if c.prefix is not None]
     self.assertEqual([p.name[:4] for p in to_export],
                      [c.prefix for c in own])
-    self.assertLen(to_export, 54)
+    self.assertLen(to_export, 55)
     for patch, written in zip(to_export, patches):
       self.assertEqual(os.path.basename(written)[:4], patch.name[:4])
       self.assertTrue(os.path.exists(written[:-len('.patch')] + '.md'))
@@ -670,7 +670,7 @@ class UpstreamExportTest(absltest.TestCase):
   def test_carried_test_files(self):
     # scripts/run_tests.py runs only these files of tests/pallas: on the
     # newest series all of them but those of changes that only older series
-    # have (no prefix, not upstream in a newer release: #57), on the
+    # have (no prefix, not upstream in a newer release: #58), on the
     # maintenance-only ones the files tests/pallas/BUILD.bazel gives their
     # Bazel targets.
     manifest = manifest_lib.load(os.path.join(REPO, 'patches'))
@@ -718,7 +718,7 @@ class UpstreamExportTest(absltest.TestCase):
           self.assertEqual(
               any(p.subject == backport.subject for p in series.patches),
               carried and version != '0.12.0.1')
-    # A change of the older series only (#57) runs where its patch is.
+    # A change of the older series only (#58) runs where its patch is.
     for version, carried in (('0.12.0.1', False), ('0.11.2', False),
                              ('0.10.2', True), ('0.10.0', True),
                              ('0.9.2', False)):

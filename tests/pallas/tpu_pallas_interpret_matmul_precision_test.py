@@ -15,9 +15,11 @@
 """Tests of `InterpretParams.matmul_precision` in TPU interpret mode.
 
 With `matmul_precision="tpu"`, a float32 matmul at the default precision
-multiplies its operands rounded to bfloat16, as a TPU v5e does (measured:
-there, a kernel's float32 `jnp.dot` equals the float32 matmul of the
-bfloat16-rounded operands, bit for bit).
+multiplies its operands rounded to bfloat16 and sums the products in the
+order of a TPU v5e's MXU, as measured on the chip: in passes of 128
+contraction indices, each 8 neighbouring products as a tree (pairs exact,
+the two other levels rounded to float32), those sums and then the passes
+added in order in float32.
 
 To work around https://github.com/jax-ml/jax/issues/25671 , this file
 contains only tests that do not use shard_map.
@@ -162,6 +164,76 @@ class InterpretMatmulPrecisionTest(test_util.InterpretTestCase):
         matmul(matmul_precision='tpu').astype(np.float64),
         (np.asarray(a, np.float64) @ np.asarray(b, np.float64)).astype(
             out_dtype).astype(np.float64))
+
+  def _mxu_sum(self, a, b):
+    """The MXU's sums of a (m, k) x (k, n) product, computed by numpy.
+
+    Products and the pair sums in float64 (exact for bfloat16 values of
+    these sizes), each later addition rounded to float32.
+    """
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    k = a.shape[1]
+    total = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for start in range(0, k, 128):
+      partial = np.zeros_like(total)
+      for g in range(start, min(start + 128, k), 8):
+        products = [a[:, i, None] * b[None, i, :] if i < k
+                    else np.zeros(total.shape) for i in range(g, g + 8)]
+        pairs = [products[i] + products[i + 1] for i in range(0, 8, 2)]
+        quads = [(pairs[i] + pairs[i + 1]).astype(np.float32)
+                 for i in range(0, 4, 2)]
+        partial = partial + (quads[0] + quads[1])
+      total = total + partial
+    return total
+
+  def _bfloat16_values(self, shape, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape, dtype=np.float32)
+            .astype(jnp.bfloat16).astype(np.float32))
+
+  @parameterized.parameters(100, 128, 200, 256)
+  def test_tpu_matmul_precision_sums_as_the_mxu(self, k):
+    a = self._bfloat16_values((8, k), k)
+    b = self._bfloat16_values((k, 128), k + 1)
+    expected = self._mxu_sum(a, b)
+    # The order matters: the correctly rounded sums are other bits.
+    exact = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    self.assertGreater(np.mean(exact != expected), 0.2)
+    np.testing.assert_array_equal(
+        self._precision_matmul(a, b, matmul_precision='tpu'), expected)
+    np.testing.assert_array_equal(
+        self._precision_matmul(
+            a.astype(jnp.bfloat16), b.astype(jnp.bfloat16),
+            preferred_element_type=jnp.float32, matmul_precision='tpu'),
+        expected)
+
+  def test_tpu_matmul_precision_sums_batched_dot_general_as_the_mxu(self):
+    # Batch dimension 0, contraction over dimension 1 of both operands.
+    a = self._bfloat16_values((2, 136, 8), 0)
+    b = self._bfloat16_values((2, 136, 128), 1)
+
+    def kernel(a_ref, b_ref, o_ref):
+      o_ref[...] = jax.lax.dot_general(
+          a_ref[...], b_ref[...], (((1,), (1,)), ((0,), (0,))))
+
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((2, 8, 128), jnp.float32),
+        interpret=pltpu.InterpretParams(matmul_precision='tpu'),
+    )(a, b)
+    np.testing.assert_array_equal(
+        out, np.stack([self._mxu_sum(a[i].T, b[i]) for i in range(2)]))
+
+  def test_tpu_matmul_precision_of_an_empty_contraction(self):
+    def kernel(a_ref, b_ref, o_ref):
+      o_ref[...] = jnp.dot(a_ref[:, :0], b_ref[:0, :])
+
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        interpret=pltpu.InterpretParams(matmul_precision='tpu'),
+    )(jnp.ones((8, 128)), jnp.ones((128, 128)))
+    np.testing.assert_array_equal(out, np.zeros((8, 128), np.float32))
 
 
 if __name__ == '__main__':
