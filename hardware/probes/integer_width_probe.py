@@ -25,8 +25,6 @@ comparisons. `tests/hardware_parity_test.py` checks interpret mode against it.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 
 import jax
 from jax import lax
@@ -34,6 +32,10 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import numpy as np
+try:  # Imported as probes.<name> by tests/hardware_parity_test.py.
+  from . import probe_report
+except ImportError:  # Run as a script.
+  import probe_report
 
 DTYPES = ('int4', 'int8', 'int16', 'int32', 'uint4', 'uint8', 'uint16',
           'uint32')
@@ -176,11 +178,7 @@ def main():
         print(kind, op, dtype, entry.get('error', entry.get('equal')),
               entry.get('message', '')[:160].replace('\n', ' '), flush=True)
         data['cases'].append(entry)
-  os.makedirs(args.out, exist_ok=True)
-  path = os.path.join(args.out, args.name)
-  with open(path, 'w') as f:
-    json.dump(data, f, indent=1)
-  print('wrote', path)
+  probe_report.write(data, args.out, args.name)
 
 
 if __name__ == '__main__':

@@ -20,14 +20,16 @@ the VMEM (128 MiB) with RESOURCE_EXHAUSTED, whatever the kernel.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 
 import jax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import numpy as np
+try:  # Imported as probes.<name> by tests/hardware_parity_test.py.
+  from . import probe_report
+except ImportError:  # Run as a script.
+  import probe_report
 
 SIZES = (0, 512, 4096, 8192, 16384, 32768, 65536, 131072, 2**20)
 
@@ -89,11 +91,7 @@ def main():
       print(name, size, entry.get('error', 'ok'),
             entry.get('message', '')[:200], flush=True)
       data['cases'].append(entry)
-  os.makedirs(args.out, exist_ok=True)
-  path = os.path.join(args.out, args.name)
-  with open(path, 'w') as f:
-    json.dump(data, f, indent=1)
-  print('wrote', path)
+  probe_report.write(data, args.out, args.name)
 
 
 if __name__ == '__main__':

@@ -43,6 +43,10 @@ from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+try:  # Imported as probes.<name> by tests/hardware_parity_test.py.
+  from . import probe_report
+except ImportError:  # Run as a script.
+  import probe_report
 
 M = K = N = 512
 B = 128
@@ -226,10 +230,8 @@ def chip(out_dir):
     for k in ('kernel_default', 'kernel_highest'):
       arrays[f'{name}_{k}'] = outs[k][sl]
     arrays[f'{name}_ref_default'] = refs['ref_default'][sl]
-  os.makedirs(out_dir, exist_ok=True)
+  probe_report.write(report, out_dir, 'matmul_probe.json')
   np.savez(os.path.join(out_dir, 'matmul_probe.npz'), **arrays)
-  with open(os.path.join(out_dir, 'matmul_probe.json'), 'w') as f:
-    json.dump(report, f, indent=1)
   json.dump(report, sys.stdout, indent=1)
 
 

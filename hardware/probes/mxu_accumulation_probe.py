@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
-import os
 
 import jax
 from jax.experimental import pallas as pl
@@ -42,6 +40,10 @@ from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+try:  # Imported as probes.<name> by tests/hardware_parity_test.py.
+  from . import probe_report
+except ImportError:  # Run as a script.
+  import probe_report
 
 N = 128
 CASES = ('dot_k128', 'dot_k256', 'dot_k512', 'acc_plus_dot_k128',
@@ -114,11 +116,7 @@ def main():
   for case in CASES:
     data['cases'][case] = encode(run(case, args.interpret))
     print(case, 'done', flush=True)
-  os.makedirs(args.out, exist_ok=True)
-  path = os.path.join(args.out, args.name)
-  with open(path, 'w') as f:
-    json.dump(data, f, indent=1)
-  print('wrote', path)
+  probe_report.write(data, args.out, args.name)
 
 
 if __name__ == '__main__':

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 
@@ -41,6 +40,10 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import numpy as np
+try:  # Imported as probes.<name> by tests/hardware_parity_test.py.
+  from . import probe_report
+except ImportError:  # Run as a script.
+  import probe_report
 
 CASES = ('core_map_semaphore', 'core_map_smem', 'pallas_call_semaphore')
 
@@ -115,11 +118,7 @@ def main():
     print(case, entry.get('error', entry.get('equal')),
           entry.get('message', '')[:200], flush=True)
     data['cases'].append(entry)
-  os.makedirs(args.out, exist_ok=True)
-  path = os.path.join(args.out, args.name)
-  with open(path, 'w') as f:
-    json.dump(data, f, indent=1)
-  print('wrote', path)
+  probe_report.write(data, args.out, args.name)
 
 
 if __name__ == '__main__':

@@ -48,6 +48,10 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 import jax.numpy as jnp
 import numpy as np
+try:  # Imported as probes.<name> by tests/hardware_parity_test.py.
+  from . import probe_report
+except ImportError:  # Run as a script.
+  import probe_report
 
 MIB = 2**20
 
@@ -237,10 +241,7 @@ def main():
       result = {'raised': type(e).__name__, 'message': str(e)}
     report['cases'][name] = result
     print(name, result if result == 'ok' else result['raised'], flush=True)
-  os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, args.name), 'w') as f:
-    json.dump(report, f, indent=1)
-    f.write('\n')
+  probe_report.write(report, args.out, args.name)
   json.dump(report, sys.stdout, indent=1)
 
 

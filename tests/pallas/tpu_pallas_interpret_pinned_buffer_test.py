@@ -44,34 +44,38 @@ class InterpretPinnedBufferTest(test_util.InterpretTestCase):
       self.skipTest('jax 0.9.x and older: their series have no such patch')
     # Older jax releases: end.
 
-  def _copy(self, x):
-    # A kernel whose output is its input, as in upstream's
+  def _copy(self, x, y):
+    # A kernel whose output is its second input, as in upstream's
     # `PinnedBufferTest.test_basic`.
+    def kernel(x_ref, y_ref, o_ref):
+      del x_ref, y_ref, o_ref
+
     return pl.pallas_call(
-        lambda *_: None,
-        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(y.shape, y.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 2,
         out_specs=pl.BlockSpec(memory_space=pl.ANY),
-        input_output_aliases={0: 0},
+        input_output_aliases={1: 0},
         interpret=test_util.interpret_params(),
-    )(x)
+    )(x, y)
 
   def test_pinned_input(self):
     @jax.jit
-    def f(x):
-      return unpin(self._copy(pin(x)))
+    def f(x, y):
+      return unpin(self._copy(x, pin(y)))
 
     with self.assertRaisesRegex(
         NotImplementedError,
-        r'Input 0 of the pallas_call is a pinned buffer \(`pin`\): pinned'
-        ' buffers are not supported in TPU interpret mode.',
+        r"Input 1 of the pallas_call \(the kernel's `y_ref`\) is a pinned"
+        r' buffer \(`pin`\): pinned buffers are not supported in TPU'
+        ' interpret mode.',
     ):
-      f(jnp.arange(3.0))
+      f(jnp.zeros(2), jnp.arange(3.0))
 
   def test_unpinned_input(self):
-    # The same kernel on the array itself runs.
-    x = jnp.arange(3.0)
-    np.testing.assert_array_equal(jax.jit(self._copy)(x), np.arange(3.0))
+    # The same kernel on the arrays themselves runs.
+    out = jax.jit(self._copy)(jnp.zeros(2), jnp.arange(3.0))
+    np.testing.assert_array_equal(out, np.arange(3.0))
 
 
 if __name__ == '__main__':
