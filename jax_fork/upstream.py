@@ -205,6 +205,7 @@ _CORE_DEVICE_ID = 'tpu_pallas_interpret_core_device_id_test.py'
 _DYNAMIC_GRID = 'tpu_pallas_interpret_dynamic_grid_test.py'
 _SPARSECORE_BITCAST = 'tpu_pallas_interpret_sparsecore_bitcast_test.py'
 _PRNG_UNSUPPORTED = 'tpu_pallas_interpret_prng_unsupported_test.py'
+_REF_VIEW_UNSUPPORTED = 'tpu_pallas_interpret_ref_view_unsupported_test.py'
 _MEMORIES_ORDERED_EFFECTS = 'memories_ordered_effects_test.py'
 _EXTEND_RANDOM_ORDERED_EFFECTS = 'extend_random_ordered_effects_test.py'
 _HOST_DMA = 'tpu_pallas_interpret_host_dma_test.py'
@@ -960,6 +961,16 @@ CHANGES = (
                'primitive, so it adds one, where 0025 fixes the rule of jax '
                '0.11.2 and newer (the same tests). Not for upstream, whose '
                'interpreter is newer.'),
+    ),
+    Change(
+        prefix=None,
+        tests=_tests(_REF_VIEW_UNSUPPORTED, 'InterpretRefViewUnsupportedTest'),
+        subject=('[Pallas] In TPU Interpret Mode, raise NotImplementedError '
+                 'for views of refs.'),
+        notes=('Only the series for jax 0.10 have this patch: there a view '
+               'of a ref failed with an AttributeError in a callback, and '
+               'patch 0013, which runs views, does not carry. Not for '
+               'upstream, whose interpreter is newer.'),
     ),
 )
 

@@ -81,7 +81,7 @@ _SINCE = {'dma_semaphore': (0, 11, 0), 'stochastic_round': (0, 10, 0),
           'pack': (0, 10, 0),  # pltpu.pack_elementwise: #34.
           # emit_pipeline asks for the TPU's tiling: a simulated TPU, #36.
           'pipeline': (0, 10, 1),
-          # The emit_pipeline primitive's rule: #25 (#59 on 0.11.0 and
+          # The emit_pipeline primitive's rule: #25 (#60 on 0.11.0 and
           # 0.11.1); without the primitive, as 'pipeline'.
           'pipeline_grid': (0, 11, 0),
           # Mosaic's errors for integer arithmetic of other widths: #40;

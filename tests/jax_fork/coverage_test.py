@@ -250,9 +250,10 @@ class ClassifyTest(absltest.TestCase):
     # With #55 the interpreter says so itself.
     self.assertEqual(
         coverage.classify(self._failed(
-            'NotImplementedError', 'Input 0 of the pallas_call is a pinned '
-            'buffer (`pin`): pinned buffers are not supported in TPU '
-            'interpret mode.', source))[0], 'hardware-only')
+            'NotImplementedError', "Input 0 of the pallas_call (the "
+            "kernel's `x_ref`) is a pinned buffer (`pin`): pinned buffers "
+            'are not supported in TPU interpret mode.', source))[0],
+        'hardware-only')
     # Another TypeError of the same test is a gap.
     self.assertEqual(
         coverage.classify(self._failed('TypeError', 'bad operand', source)),
