@@ -315,7 +315,11 @@ def make(command: str, before: state.Status, sdir: str, release: int,
   aside: dict[str, bytes] = {}
   restore: dict[str, bytes | None] = {}
   backup = None
-  start, status = old, before
+  # Where the series starts: the install's files less the modules that a
+  # reinstall of jax left behind (``Status.leftover``).
+  start = {p: None if p in before.leftover else data
+           for p, data in old.items()}
+  status = before
   if modified or before.overall == state.Overall.OUTDATED:
     # Start from the released files. Locally modified ones are set aside; the
     # files of an earlier release's patches are simply replaced.
@@ -325,7 +329,7 @@ def make(command: str, before: state.Status, sdir: str, release: int,
       aside = {f.path: old[f.path] for f in before.files
                if not f.applied and f.sha256 is not None}
   elif command == 'apply' and before.overall == state.Overall.PRISTINE:
-    backup = old
+    backup = start
   if command == 'revert' and not modified:
     restore = _restore_displaced(env, sdir, rec)
   new, skipped = _stage(env, status, command, start, restore)

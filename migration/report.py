@@ -43,6 +43,7 @@ def status_dict(status: state.Status) -> dict[str, Any]:
       'files': [
           {'path': f.path, 'state': f.label, 'sha256': f.sha256,
            'record_sha256': f.record_sha256} for f in status.files],
+      'leftover': list(status.leftover),
   }
 
 
@@ -103,7 +104,7 @@ def result_dict(result: transaction.Result) -> dict[str, Any]:
 
 
 def result_text(result: transaction.Result, table: bool = False) -> str:
-  """Returns what apply or revert did: a sentence and the files replaced.
+  """Returns what apply or revert did: a sentence and the files it wrote.
 
   Args:
     result: the outcome of ``transaction.run``.
@@ -113,8 +114,17 @@ def result_text(result: transaction.Result, table: bool = False) -> str:
     The text for a terminal.
   """
   lines = [result.message]
-  verb = 'would replace' if result.dry_run else 'replaced'
-  lines += [f'  {verb} {f}' for f in result.files]
+  before = {f.path: f.sha256 for f in result.before.files}
+  series = result.before.series
+  released = (series.hashes[result.before.env.jax_version] if series
+              else {})
+  for f in result.files:
+    # A module the release does not ship: apply creates it, revert removes it.
+    verb = ('remove' if result.command == 'revert'
+            and released.get(f, ('',))[0] is None else
+            'create' if before.get(f, '') is None else 'replace')
+    lines.append(f'  would {verb} {f}' if result.dry_run
+                 else f'  {verb}d {f}')
   text = '\n'.join(lines)
   return text + '\n\n' + status_text(result.after) if table else text
 

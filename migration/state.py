@@ -88,6 +88,10 @@ class Status:
     lost: set when this tool patched the environment and the patches were
       lost since (jax reinstalled or upgraded): what happened.
     wheel: whether jax was installed from this project's patched wheel.
+    leftover: files the release does not ship that an earlier apply added
+      and a reinstall of jax left behind (pip removes only the files in
+      RECORD); the install is pristine otherwise. Apply replaces them,
+      revert removes them.
   """
   env: environment.Environment
   overall: Overall
@@ -98,6 +102,7 @@ class Status:
   patches: tuple[PatchState, ...] = ()
   lost: str | None = None
   wheel: bool = False
+  leftover: tuple[str, ...] = ()
 
   @property
   def total(self) -> int:
@@ -229,6 +234,19 @@ def _classify(env: environment.Environment,
                     f'RECORD lists sha256 {f.record_sha256} for {f.path}, '
                     f'expected {released}.', series, None, tuple(files),
                     wheel=wheel)
+  # pip removes only the files in RECORD, so a reinstall leaves a module that
+  # the series added, with the content it had: not a local change.
+  leftover = tuple(f.path for f in files
+                   if hashes[f.path][0] is None and f.sha256 is not None
+                   and f.record_sha256 is None and (f.applied or f.earlier))
+  if leftover and all(0 in f.applied for f in files
+                      if f.path not in leftover):
+    return Status(env, Overall.PRISTINE,
+                  f'jax {env.jax_version} is pristine but for '
+                  f'{", ".join(leftover)}, which jax does not ship: left '
+                  'from an earlier apply (pip removes only the files it '
+                  'installed); apply patches jax, revert removes them.',
+                  series, 0, tuple(files), wheel=wheel, leftover=leftover)
   earlier = [f.path for f in files if not f.applied and f.earlier]
   if earlier and all(f.earlier or f.applied for f in files):
     return Status(env, Overall.OUTDATED,

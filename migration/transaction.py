@@ -623,7 +623,7 @@ def run(command: str, manifest: manifest_lib.Manifest,
       _sweep_dirs(env, before.series.files, sdir)))
   word = 'patched' if command == 'apply' else 'pristine'
   if (before.overall == noop[command] and not journal_pending
-      and (dry_run or not (stale_record or stale_temps))):
+      and not before.leftover and (dry_run or not (stale_record or stale_temps))):
     return Result(command, False, f'Nothing to do: already {word}. '
                   + before.message, before, before, state_dir=sdir,
                   dry_run=dry_run)
@@ -706,7 +706,7 @@ def _run_locked(command: str, manifest: manifest_lib.Manifest,
                       f'Completed an interrupted {command}. '
                       + before.message, before, before,
                       tuple(e.path for e in interrupted.entries), True, sdir)
-    if before.overall == noop[command]:
+    if before.overall == noop[command] and not before.leftover:
       msg = f'Nothing to do: already {word}. ' + before.message
       if command == 'revert' and record_lib.load(sdir, env) is not None:
         try:

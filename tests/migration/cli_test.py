@@ -614,6 +614,58 @@ class MigrationCliTest(absltest.TestCase):
     self.run_tool('revert', flag)
     self.assertPristine()
 
+  def test_series_that_adds_a_module(self):
+    # A series whose last patch adds a module that jax does not ship: apply
+    # creates it, revert removes it, and after a reinstall of jax, which
+    # leaves it (pip removes only the files in RECORD), the install is
+    # pristine but for it: apply and revert both work from there.
+    module, content = venv_util.ADDED_MODULE
+    patches = os.path.join(self.root, 'adding-patches')
+    venv_util.series_adding_a_module(patches, self.series, VERSION)
+    flag = f'--patches_dir={patches}'
+    self.addCleanup(lambda: os.path.lexists(self.path(module))
+                    and os.remove(self.path(module)))
+
+    def status() -> dict:
+      return json.loads(self.run_tool('status', '--json', flag).stdout)
+
+    def reinstall() -> None:  # What `pip install --force-reinstall` does.
+      for f, data in self.pristine.items():
+        with open(self.path(f), 'wb') as out:
+          out.write(data)
+
+    self.assertIn(f'  created {module}', self.run_tool('apply', flag).stdout)
+    self.assertEqual(self.read(module), content)
+    self.assertEqual(status()['state'], 'patched')
+    self.assertIn(f'  removed {module}', self.run_tool('revert', flag).stdout)
+    self.assertFalse(os.path.lexists(self.path(module)))
+    self.assertPristine()
+    self.assertEqual(status()['leftover'], [])
+
+    self.run_tool('apply', flag)
+    reinstall()
+    data = status()
+    self.assertEqual(data['state'], 'pristine')
+    self.assertEqual(data['leftover'], [module])
+    self.assertIn('jax reinstalled', data['patches_lost'])
+    self.assertIn(f'  would remove {module}',
+                  self.run_tool('revert', '--dry-run', flag).stdout)
+    self.assertEqual(self.read(module), content)
+    self.assertIn(f'  removed {module}', self.run_tool('revert', flag).stdout)
+    self.assertFalse(os.path.lexists(self.path(module)))
+    self.assertPristine()
+    self.assertEqual(status()['state'], 'pristine')
+
+    self.run_tool('apply', flag)
+    reinstall()
+    result = json.loads(self.run_tool('apply', '--json', flag).stdout)
+    self.assertEqual(result['after']['state'], 'patched')
+    self.assertNotIn(module, result['files_changed'])  # Already right.
+    self.assertEqual(self.read(module), content)
+    self.run_tool('revert', flag)
+    self.assertFalse(os.path.lexists(self.path(module)))
+    self.assertPristine()
+
   def test_check_installed_version(self):
     data = json.loads(self.run_tool('check', '--json').stdout)
     self.assertTrue(data['ok'])

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from absl.testing import absltest
 import venv_util
@@ -218,6 +219,35 @@ class FaultTest(absltest.TestCase):
         self.assertClean()
     self.assertFalse(json.loads(
         self.run_tool('status', '--json').stdout)['interrupted'])
+
+  def test_kill_at_every_step_with_a_module_the_series_adds(self):
+    # A module the release does not ship is, at each end, absent (pristine)
+    # or there with its content (patched), never a part of it.
+    patches = tempfile.mkdtemp(prefix='adding-patches-')
+    self.addCleanup(shutil.rmtree, patches, True)
+    venv_util.series_adding_a_module(patches, self.series, VERSION)
+    flag = f'--patches_dir={patches}'
+    module, content = venv_util.ADDED_MODULE
+    journal = os.path.join(self.state_dir, 'journal.json')
+
+    def assert_end(end: str | None = None) -> None:
+      end = end or self.assertAtAnEnd()
+      self.assertEnd(end)
+      if end == 'patched':
+        with open(self.path(module), 'rb') as f:
+          self.assertEqual(f.read(), content)
+      else:
+        self.assertFalse(os.path.lexists(self.path(module)))
+
+    for step in transaction.steps(len(self.files) + 1):
+      with self.subTest(step=step):
+        for command in ('apply', 'revert'):
+          self.kill(command, step, flag)
+          if not os.path.exists(journal):
+            assert_end()
+          self.run_tool(command, flag)
+          assert_end('patched' if command == 'apply' else 'pristine')
+          self.assertClean()
 
   def test_recovered_revert_reports_success(self):
     # Issue 14 (4): apply --force over a modified file, revert killed

@@ -18,10 +18,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 import zipfile
 
 import absl
 import filelock
+
+if TYPE_CHECKING:
+  from migration import manifest as manifest_lib
+
+# A module jax does not ship, and its content: what
+# ``series_adding_a_module``'s last patch adds.
+ADDED_MODULE = ('jax/_src/pallas/mosaic/interpret/added_module.py',
+                b'"""A module the series adds."""\nVALUE = 1\n')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,3 +224,31 @@ def rebuilt_wheel(wheel: str, dest: str, change) -> None:
     with zipfile.ZipFile(dest, 'w', zipfile.ZIP_DEFLATED) as out:
       for n in names:
         out.write(os.path.join(tmp, n), n)
+
+
+def series_adding_a_module(patches: str, series: manifest_lib.Series,
+                           version: str) -> None:
+  """Makes ``patches`` a patches folder serving ``version`` with ``series``
+  and a last patch that adds ``ADDED_MODULE``, and generates its manifest.
+
+  The repository root must be on ``sys.path`` (for ``jax_fork``).
+  """
+  from jax_fork import manifest_gen
+  from migration import manifest as manifest_lib
+  shutil.rmtree(patches, ignore_errors=True)
+  directory = os.path.join(patches, series.name)
+  shutil.copytree(series.directory, directory)
+  path, content = ADDED_MODULE
+  lines = content.decode().splitlines()
+  name = f'{len(series.patches) + 1:04d}-Add-a-module.patch'
+  with open(os.path.join(directory, name), 'w', encoding='utf-8') as f:
+    f.write('From 0000000000000000000000000000000000000000 Mon Sep 17 '
+            '00:00:00 2001\nFrom: Test <test@example.com>\n'
+            'Subject: [PATCH] Add a module.\n\n---\n'
+            f'diff --git a/{path} b/{path}\nnew file mode 100644\n'
+            f'--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{len(lines)} @@\n'
+            + ''.join(f'+{line}\n' for line in lines) + '--\n2.43.0\n\n')
+  with open(os.path.join(directory, manifest_lib.SERIES), 'a',
+            encoding='utf-8') as f:
+    f.write(name + '\n')
+  manifest_gen.generate(patches, serve={series.name: [version]})

@@ -16,6 +16,7 @@ import tempfile
 import zipfile
 
 from absl.testing import absltest
+import venv_util
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -93,6 +94,20 @@ class WheelTest(absltest.TestCase):
     out = os.path.join(self.root, 'again')
     again = wheelbuild.build(self.manifest, VERSION, out)
     self.assertEqual(wheels.sha256_file(again), wheels.sha256_file(self.wheel))
+
+  def test_a_module_a_patch_adds_is_in_the_wheel_and_its_record(self):
+    patches = os.path.join(self.root, 'adding-patches')
+    venv_util.series_adding_a_module(patches, self.series, VERSION)
+    manifest = manifest_lib.load(patches)
+    wheel = wheelbuild.build(manifest, VERSION,
+                             os.path.join(self.root, 'adding'))
+    wheelbuild.verify_record(wheel)
+    path, content = venv_util.ADDED_MODULE
+    label = f'{VERSION}+interpret.{manifest.release}'
+    with zipfile.ZipFile(wheel) as zf:
+      self.assertEqual(zf.read(path), content)
+      record = zf.read(f'jax-{label}.dist-info/RECORD').decode()
+    self.assertIn(path, [row.split(',')[0] for row in record.splitlines()])
 
   def test_unsupported_version(self):
     with self.assertRaisesRegex(errors.UnsupportedError, 'not served'):
