@@ -321,24 +321,90 @@ def add_deps(build_text: str, target: Target, labels: list[str]) -> str:
   return ''.join(lines)
 
 
-def update_build_files(root: str, before: dict[str, str]) -> list[str]:
+def add_library(root: str, path: str) -> str:
+  """Adds a target for a new module to the BUILD file of its folder.
+
+  The target is a ``pytype_strict_library`` named after the module, with the
+  ``type_checking`` of the file's other libraries, appended to the file as
+  upstream's interpreter folder lists one module per target; its deps are
+  the targets of the modules it imports (``needed_labels``), one per line,
+  and ``py_deps`` of the third-party ones.
+
+  Args:
+    root: the checkout, with the module written.
+    path: the module, relative to ``root``.
+
+  Returns:
+    The BUILD file changed, relative to ``root``.
+
+  Raises:
+    PatchDataError: the module's folder has no BUILD file of its own, or
+      one of its imports has no target.
+  """
+  directory, name = os.path.split(path)
+  build = find_build_file(root, directory)
+  if build is None or os.path.dirname(build) != directory:
+    raise errors.PatchDataError(
+        f'{path} is new and {directory} has no BUILD file of its own; add '
+        'its target by hand.')
+  with open(os.path.join(root, path), encoding='utf-8') as f:
+    source = f.read()
+  with open(os.path.join(root, build), encoding='utf-8') as f:
+    text = f.read()
+  stem = name[:-len('.py')]
+  modules = imported_modules(source, path, root)
+  third_party = sorted({
+      m.split('.')[0] for m in modules
+      if module_file(root, m) is None and m.split('.')[0] not in
+      sys.stdlib_module_names and module_file(root, m.split('.')[0]) is None})
+  stand_in = Target(directory, stem, 'pytype_strict_library', (),
+                    ''.join(f'"{t}"' for t in third_party), None)
+  labels = needed_labels(root, path, stand_in, modules)
+  checking = re.search(r'\n    type_checking = "[^"]*",\n', text)
+  deps = ''.join(f'        "{spelled(label, directory)}",\n'
+                 for label in sorted(labels, key=lambda x: _sort_key(
+                     spelled(x, directory))))
+  py = ''.join(f' + py_deps("{t}")' for t in third_party)
+  rule = (f'\npytype_strict_library(\n    name = "{stem}",\n'
+          f'    srcs = ["{name}"],\n'
+          + (checking.group(0)[1:] if checking else '')
+          + (f'    deps = [\n{deps}    ]{py},\n' if deps else
+             f'    deps = {py[3:]},\n' if py else '')
+          + ')\n')
+  with open(os.path.join(root, build), 'w', encoding='utf-8') as f:
+    f.write(text.rstrip('\n') + '\n' + rule)
+  return build
+
+
+def update_build_files(root: str, before: dict[str, str | None]) -> list[str]:
   """Adds to upstream's BUILD files the deps of the imports a commit adds.
+
+  A module the commit adds gets a target of its own first (``add_library``),
+  so that the files importing it get that target.
 
   Args:
     root: the checkout (worktree) with the commit's files written.
     before: each changed file's text before the commit (relative path to
-      text); files that are not Python are ignored.
+      text; None: the file did not exist); files that are not Python are
+      ignored.
 
   Returns:
     The BUILD files changed, relative to ``root``.
 
   Raises:
-    PatchDataError: see ``owning_target``, ``needed_labels`` and
-      ``add_deps``.
+    PatchDataError: see ``add_library``, ``owning_target``,
+      ``needed_labels`` and ``add_deps``.
   """
   changed = []
   for path in sorted(before):
-    if not path.endswith('.py'):
+    if (path.endswith('.py') and before[path] is None
+        and os.path.isfile(os.path.join(root, path))):
+      build = add_library(root, path)
+      if build not in changed:
+        changed.append(build)
+  for path in sorted(before):
+    if (not path.endswith('.py') or before[path] is None
+        or not os.path.isfile(os.path.join(root, path))):
       continue
     with open(os.path.join(root, path), encoding='utf-8') as f:
       after = f.read()

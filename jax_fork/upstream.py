@@ -20,7 +20,8 @@ touched), the export
    name upstream's file has, or a name it lacks that a method uses, stops
    the export;
 3. adds to upstream's BUILD files the targets of the modules the commit
-   newly imports (``bazel_deps``: upstream uses strict deps);
+   newly imports, and a target for each module it adds (``bazel_deps``:
+   upstream uses strict deps);
 4. commits with the patch's subject and the change's short summary
    (``Change.summary``, else the patch's message without its DEP-3 header),
    authored by the user's git identity, and writes it with ``git
@@ -1212,8 +1213,17 @@ def nearest_series(manifest: manifest_lib.Manifest,
   return max(manifest.series.values(), key=newest)
 
 
-def patch_states(series: manifest_lib.Series,
-                 wheel_dirs: tuple[str, ...] = ()) -> list[dict[str, str]]:
+def _read_text(path: str) -> str | None:
+  """Returns the text of file ``path``, or None if it does not exist."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      return f.read()
+  except FileNotFoundError:
+    return None
+
+
+def patch_states(series: manifest_lib.Series, wheel_dirs: tuple[str, ...] = ()
+                 ) -> list[dict[str, str | None]]:
   """Returns the touched files before the first patch and after each one.
 
   The files come from the released wheel of the newest version the series
@@ -1225,7 +1235,8 @@ def patch_states(series: manifest_lib.Series,
 
   Returns:
     ``states[0]`` is the released files, ``states[k]`` the files after the
-    first ``k`` patches; each maps a path to its text.
+    first ``k`` patches; each maps a path to its text (None: absent, a
+    module a later patch adds).
 
   Raises:
     PatchDataError: the series does not apply to its own release.
@@ -1233,16 +1244,10 @@ def patch_states(series: manifest_lib.Series,
   version = max(series.hashes, key=manifest_lib.version_key)
   wheel = wheels.pristine_wheel(version, wheel_dirs)
   with tempfile.TemporaryDirectory(prefix='export-states-') as tmp:
-    with zipfile.ZipFile(wheel) as zf:
-      for f in series.files:
-        zf.extract(f, tmp)
+    wheels.extract(wheel, series.files, tmp)
 
-    def snapshot() -> dict[str, str]:
-      out = {}
-      for f in series.files:
-        with open(os.path.join(tmp, f), encoding='utf-8') as fh:
-          out[f] = fh.read()
-      return out
+    def snapshot() -> dict[str, str | None]:
+      return {f: _read_text(os.path.join(tmp, f)) for f in series.files}
 
     states = [snapshot()]
     for patch in series.patches:
@@ -1254,9 +1259,14 @@ def patch_states(series: manifest_lib.Series,
   return states
 
 
-def merge_patch(worktree: str, before: dict[str, str],
-                after: dict[str, str], patch: manifest_lib.Patch) -> None:
+def merge_patch(worktree: str, before: dict[str, str | None],
+                after: dict[str, str | None],
+                patch: manifest_lib.Patch) -> None:
   """Rebases one patch onto the worktree with ``git merge-file``.
+
+  A module the patch adds (``before`` None) is written as it is, one it
+  removes is removed, if the checkout has no such file, or the one the patch
+  removes.
 
   Raises:
     ConflictError: a file does not merge cleanly; names the patch and file.
@@ -1265,6 +1275,21 @@ def merge_patch(worktree: str, before: dict[str, str],
     for f in after:
       if before[f] == after[f]:
         continue
+      target = os.path.join(worktree, f)
+      if before[f] is None or after[f] is None:
+        if _read_text(target) != before[f]:
+          raise errors.ConflictError(
+              f'{patch.name}: {f}, which it '
+              f'{"adds" if before[f] is None else "removes"}, is otherwise '
+              'in the checkout; rebase the series onto it by hand (python '
+              '-m jax_fork fork).')
+        if after[f] is None:
+          os.remove(target)
+        else:
+          os.makedirs(os.path.dirname(target), exist_ok=True)
+          with open(target, 'w', encoding='utf-8') as fh:
+            fh.write(after[f])
+        continue
       paths = {}
       for name, text in (('base', before[f]), ('theirs', after[f])):
         paths[name] = os.path.join(tmp, name)
@@ -1272,14 +1297,14 @@ def merge_patch(worktree: str, before: dict[str, str],
           fh.write(text)
       proc = subprocess.run(
           [gitapply.git_executable(), 'merge-file', '-p', '-q',
-           os.path.join(worktree, f), paths['base'], paths['theirs']],
+           target, paths['base'], paths['theirs']],
           capture_output=True, text=True, check=False)
       if proc.returncode:
         raise errors.ConflictError(
             f'{patch.name}: {f} does not merge cleanly onto the '
             f'checkout ({proc.returncode} conflict(s)); rebase the series '
             'onto it by hand (python -m jax_fork fork).')
-      with open(os.path.join(worktree, f), 'w', encoding='utf-8') as fh:
+      with open(target, 'w', encoding='utf-8') as fh:
         fh.write(proc.stdout)
 
 
@@ -1818,10 +1843,7 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
     for number, patch in enumerate(patches, start=1):
       change = series_changes[number - 1]
       touched = [*series.files, *upstream_tests]
-      before = {}
-      for f in touched:
-        with open(os.path.join(worktree, f), encoding='utf-8') as fh:
-          before[f] = fh.read()
+      before = {f: _read_text(os.path.join(worktree, f)) for f in touched}
       if states is None:
         gitapply.apply(patch.path, worktree)
       else:
@@ -1838,7 +1860,10 @@ def export(jax_repo: str, out_dir: str, tests_dir: str,
                      extract_attributes(o, t.name), extract_set_up(o, t.name)))
         added.append((target, test.name, [n for n, _ in methods]))
       builds = bazel_deps.update_build_files(worktree, before)
-      _git(['add', '--', *touched, *builds], worktree)
+      # A module a later patch adds is not there yet.
+      _git(['add', '--', *(f for f in touched if before[f] is not None
+                           or os.path.exists(os.path.join(worktree, f))),
+            *builds], worktree)
       message = commit_message(patch, change.summary)
       subprocess.run(
           [gitapply.git_executable(), 'commit', '-q', '-F', '-'],

@@ -579,11 +579,15 @@ class UpstreamExportTest(absltest.TestCase):
       self.assertEqual(_git(['log', '-1', '--format=%an <%ae>', commit],
                             clone).strip(),
                        'A Contributor <contributor@example.com>')
-      # No new files (tests go to upstream's files), only allowed paths (no
-      # changelog), and small enough to review: at most 700 changed lines
-      # unless its change says why.
-      self.assertEqual(_git(['diff', '--name-only', '--diff-filter=A',
-                             f'{commit}~1', commit], clone), '')
+      # New files are modules of the interpreter, each with its target (tests
+      # go to upstream's files); only allowed paths (no changelog), and
+      # small enough to review: at most 700 changed lines unless its change
+      # says why.
+      for path in _git(['diff', '--name-only', '--diff-filter=A',
+                        f'{commit}~1', commit], clone).split():
+        self.assertRegex(path, r'^jax/_src/pallas/mosaic/interpret/\w+\.py$')
+        self.assertIn(f'+    srcs = ["{os.path.basename(path)}"],', _git(
+            ['show', commit, '--', os.path.dirname(path) + '/BUILD'], clone))
       changed = 0
       for line in _git(['diff', '--numstat', f'{commit}~1', commit],
                        clone).splitlines():
@@ -1232,6 +1236,51 @@ class BazelDepsTest(absltest.TestCase):
     self.assertEqual(self.read('jax/_src/pallas/mosaic/interpret/BUILD'),
                      _BUILD_FILES['jax/_src/pallas/mosaic/interpret/BUILD'])
 
+  def test_new_module_gets_a_target_that_its_importers_get(self):
+    # The commit adds tpu_numerics.py and makes params.py import it.
+    module = 'jax/_src/pallas/mosaic/interpret/tpu_numerics.py'
+    self.write(module, textwrap.dedent('''\
+        import functools
+        import numpy as np
+        from jax._src import source_info_util
+        from jax._src.pallas.mosaic.interpret import shared_memory
+        '''))
+    self.write('jax/_src/pallas/mosaic/interpret/params.py',
+               'from . import tpu_numerics\n')
+    # The new target type-checks as the file's others do.
+    build = 'jax/_src/pallas/mosaic/interpret/BUILD'
+    self.write(build, self.read(build).replace(
+        '    srcs = ["params.py"],\n',
+        '    srcs = ["params.py"],\n    type_checking = "pyrefly",\n'))
+    self.assertEqual(bazel_deps.update_build_files(self.root, {
+        module: None,
+        'jax/_src/pallas/mosaic/interpret/params.py': '',
+        # A module that a later commit adds: not there yet.
+        'jax/_src/pallas/mosaic/interpret/later.py': None,
+    }), ['jax/_src/pallas/mosaic/interpret/BUILD'])
+    build = self.read(build)
+    self.assertTrue(build.endswith(
+        '''    ] + py_deps("numpy"),\n)\n\n'''
+        'pytype_strict_library(\n'
+        '    name = "tpu_numerics",\n'
+        '    srcs = ["tpu_numerics.py"],\n'
+        '    type_checking = "pyrefly",\n'
+        '    deps = [\n'
+        '        ":shared_memory",\n'
+        '        "//jax/_src:source_info_util",\n'
+        '    ] + py_deps("numpy"),\n'
+        ')\n'), build)
+    self.assertIn('    deps = [\n'
+                  '        ":tpu_numerics",\n'
+                  '        ":utils",\n', build)
+    self.assertNotIn('later', build)
+    # A new module in a folder without a BUILD file of its own stops it.
+    os.makedirs(os.path.join(self.root, 'jax/_src/pallas/mosaic/interpret/x'))
+    self.write('jax/_src/pallas/mosaic/interpret/x/y.py', 'import jax\n')
+    with self.assertRaisesRegex(errors.PatchDataError, 'no BUILD file of its'):
+      bazel_deps.update_build_files(
+          self.root, {'jax/_src/pallas/mosaic/interpret/x/y.py': None})
+
   def test_test_gets_public_targets_only(self):
     path = 'tests/pallas/tpu_pallas_interpret_test.py'
     # tpu_sc.py is in the glob of :pallas too; the target that names it wins.
@@ -1269,6 +1318,30 @@ class BazelDepsTest(absltest.TestCase):
     with self.assertRaisesRegex(errors.PatchDataError, 'No BUILD file'):
       self.update('tests/pallas/tpu_pallas_interpret_test.py', '',
                   'from jax.experimental.pallas import tpu_sc\n')
+
+
+class MergePatchTest(absltest.TestCase):
+  """The three-way rebase of a patch that adds or removes a module."""
+
+  def test_added_and_removed_modules(self):
+    root = tempfile.mkdtemp(prefix='merge-patch-test-')
+    self.addCleanup(shutil.rmtree, root, ignore_errors=True)
+    patch = manifest_lib.Patch('0001-x.patch', '', '', (), 'x', {})
+    with open(os.path.join(root, 'old.py'), 'w') as f:
+      f.write('A = 1\n')
+    upstream.merge_patch(root, {'new/m.py': None, 'old.py': 'A = 1\n'},
+                         {'new/m.py': 'B = 2\n', 'old.py': None}, patch)
+    with open(os.path.join(root, 'new', 'm.py')) as f:
+      self.assertEqual(f.read(), 'B = 2\n')
+    self.assertFalse(os.path.exists(os.path.join(root, 'old.py')))
+    # A module the patch adds that the checkout has otherwise, or one it
+    # removes that the checkout changed, is a conflict.
+    for before, after in (({'new/m.py': None}, {'new/m.py': 'C = 3\n'}),
+                          ({'new/m.py': 'C = 3\n'}, {'new/m.py': None})):
+      with self.assertRaisesRegex(errors.ConflictError, 'is otherwise'):
+        upstream.merge_patch(root, before, after, patch)
+    with open(os.path.join(root, 'new', 'm.py')) as f:
+      self.assertEqual(f.read(), 'B = 2\n')
 
 
 class PytestRunsTest(absltest.TestCase):
