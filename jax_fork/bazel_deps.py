@@ -117,18 +117,28 @@ def _strings(node: ast.AST | None) -> list[str]:
 
 
 def _owns(call: ast.Call, path: str) -> int:
-  """2 if the rule names ``path`` in srcs, 1 if its glob matches, else 0."""
-  srcs = next((k.value for k in call.keywords if k.arg == 'srcs'), None)
-  if path in _strings(srcs):
-    return 2
-  if isinstance(srcs, ast.Call) and getattr(srcs.func, 'id', '') == 'glob':
-    include = _strings(srcs.args[0] if srcs.args else None)
-    exclude = _strings(next((k.value for k in srcs.keywords
-                             if k.arg == 'exclude'), None))
-    if any(re.match(_glob_regex(p), path) for p in include) and not any(
-        re.match(_glob_regex(p), path) for p in exclude):
-      return 1
-  return 0
+  """2 if the rule names ``path`` in srcs, 1 if its glob matches, else 0.
+
+  ``srcs`` may be a sum of lists and globs (upstream's ``//jax:jax`` is
+  ``glob([...]) + [...]``).
+  """
+  parts = [next((k.value for k in call.keywords if k.arg == 'srcs'), None)]
+  rank = 0
+  while parts:
+    srcs = parts.pop()
+    if isinstance(srcs, ast.BinOp):
+      parts += [srcs.left, srcs.right]
+    elif path in _strings(srcs):
+      return 2
+    elif (isinstance(srcs, ast.Call)
+          and getattr(srcs.func, 'id', '') == 'glob'):
+      include = _strings(srcs.args[0] if srcs.args else None)
+      exclude = _strings(next((k.value for k in srcs.keywords
+                               if k.arg == 'exclude'), None))
+      if any(re.match(_glob_regex(p), path) for p in include) and not any(
+          re.match(_glob_regex(p), path) for p in exclude):
+        rank = 1
+  return rank
 
 
 def find_build_file(root: str, directory: str) -> str | None:

@@ -1264,9 +1264,9 @@ def merge_patch(worktree: str, before: dict[str, str | None],
                 patch: manifest_lib.Patch) -> None:
   """Rebases one patch onto the worktree with ``git merge-file``.
 
-  A module the patch adds (``before`` None) is written as it is, one it
-  removes is removed, if the checkout has no such file, or the one the patch
-  removes.
+  A module the patch adds (``before`` None) is written as the patch has it
+  if the checkout has no such file; one it removes (``after`` None) is
+  removed if the checkout's is the one the patch removes.
 
   Raises:
     ConflictError: a file does not merge cleanly; names the patch and file.

@@ -494,6 +494,9 @@ def _execute(plan: plan_lib.Plan, manifest: manifest_lib.Manifest,
   steps_done -= len(plan.skipped)
   verb = 'Applied' if command == 'apply' else 'Reverted'
   msg = f'{verb} {steps_done} patch(es) of {before.series.name}.'
+  if command == 'revert' and not steps_done and before.leftover:
+    msg = ('Removed what an earlier apply left after jax was reinstalled: '
+           f'{", ".join(before.leftover)}.')
   if recovered:
     msg = 'Undid an interrupted run. ' + msg
   if plan.skipped:
@@ -623,7 +626,8 @@ def run(command: str, manifest: manifest_lib.Manifest,
       _sweep_dirs(env, before.series.files, sdir)))
   word = 'patched' if command == 'apply' else 'pristine'
   if (before.overall == noop[command] and not journal_pending
-      and not before.leftover and (dry_run or not (stale_record or stale_temps))):
+      and not before.leftover
+      and (dry_run or not (stale_record or stale_temps))):
     return Result(command, False, f'Nothing to do: already {word}. '
                   + before.message, before, before, state_dir=sdir,
                   dry_run=dry_run)

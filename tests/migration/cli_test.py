@@ -43,8 +43,8 @@ class MigrationCliTest(absltest.TestCase):
     assert cls.series is not None, f'{VERSION} not served'
     cls.files = list(cls.series.files)
     cls.wheel = wheels.pristine_wheel(VERSION)
-    with zipfile.ZipFile(cls.wheel) as zf:
-      cls.pristine = {f: zf.read(f) for f in cls.files}
+    # None for a module the series adds.
+    cls.pristine = venv_util.released_files(cls.wheel, cls.files)
     # A venv with pip (and without the `wheel` package), jax installed by it.
     cls.venv = venv = venv_util.make('migration-test-', cls.wheel,
                                      with_pip=True)
@@ -64,12 +64,24 @@ class MigrationCliTest(absltest.TestCase):
   def path(self, relpath: str) -> str:
     return self.venv.path(relpath)
 
-  def read(self, relpath: str) -> bytes:
-    with open(self.path(relpath), 'rb') as f:
-      return f.read()
+  def read(self, relpath: str) -> bytes | None:
+    """The file's content; None if there is none."""
+    try:
+      with open(self.path(relpath), 'rb') as f:
+        return f.read()
+    except FileNotFoundError:
+      return None
 
-  def snapshot(self) -> dict[str, bytes]:
+  def snapshot(self) -> dict[str, bytes | None]:
     return {f: self.read(f) for f in self.files}
+
+  def reinstall(self) -> None:
+    """What `pip install --force-reinstall jax` does to the target files:
+    the released ones back, the modules a series added left as they are."""
+    for f, data in self.pristine.items():
+      if data is not None:
+        with open(self.path(f), 'wb') as out:
+          out.write(data)
 
   def run_tool(self, *args: str, env: dict[str, str] | None = None,
                expect: int | None = 0, python: str | None = None
@@ -93,7 +105,10 @@ class MigrationCliTest(absltest.TestCase):
 
   def assertPristine(self):
     for f in self.files:
-      self.assertEqual(self.read(f), self.pristine[f], f)
+      if self.pristine[f] is None:
+        self.assertFalse(os.path.lexists(self.path(f)), f)
+      else:
+        self.assertEqual(self.read(f), self.pristine[f], f)
 
   def test_reader_that_goes_away_is_not_an_error(self):
     # `python -m migration apply | head -1`: the apply succeeds, and so must
@@ -192,6 +207,9 @@ class MigrationCliTest(absltest.TestCase):
     self.run_tool('apply')
     backup = os.path.join(self.state_dir, 'backup', VERSION)
     for f in self.files:
+      if self.pristine[f] is None:  # A module the series adds: no backup.
+        self.assertFalse(os.path.lexists(os.path.join(backup, *f.split('/'))))
+        continue
       with open(os.path.join(backup, *f.split('/')), 'rb') as b:
         self.assertEqual(b.read(), self.pristine[f])
 
@@ -357,10 +375,7 @@ class MigrationCliTest(absltest.TestCase):
 
   def test_status_flags_patches_lost_after_reinstall(self):
     self.run_tool('apply')
-    # What `pip install --force-reinstall jax` does to the target files.
-    for f, data in self.pristine.items():
-      with open(self.path(f), 'wb') as out:
-        out.write(data)
+    self.reinstall()
     data = self.status_json()
     self.assertEqual(data['state'], 'pristine')
     self.assertIn('jax reinstalled', data['patches_lost'])
@@ -372,10 +387,15 @@ class MigrationCliTest(absltest.TestCase):
 
   def test_patches_lost_cleared_by_apply_or_revert(self):
     self.run_tool('apply')
-    for f, data in self.pristine.items():
-      with open(self.path(f), 'wb') as out:
-        out.write(data)
-    self.assertIn('Forgot', self.run_tool('revert').stdout)
+    self.reinstall()
+    # A module the series adds is left by the reinstall: revert removes it.
+    leftover = [f for f, d in self.pristine.items() if d is None]
+    out = self.run_tool('revert').stdout
+    self.assertIn('Removed what an earlier apply left' if leftover
+                  else 'Forgot', out)
+    for f in leftover:
+      self.assertIn(f'  removed {f}', out)
+    self.assertPristine()
     self.assertIsNone(self.status_json()['patches_lost'])
     self.run_tool('apply')
     self.assertIsNone(self.status_json()['patches_lost'])
@@ -388,10 +408,12 @@ class MigrationCliTest(absltest.TestCase):
     states = [p['state'] for p in self.status_json()['patches']]
     self.assertEqual(states, ['applied'] * len(names))
     # A local edit outside every hunk (a line at the top; not at the end,
-    # where a hunk that ends the file must stay at the end): each patch is
+    # where a hunk that ends the file must stay at the end) of a file the
+    # release ships (a module the series adds is one hunk): each patch is
     # still seen as applied.
-    data = self.read(self.files[-1])
-    with open(self.path(self.files[-1]), 'wb') as f:
+    edited = [f for f in self.files if self.pristine[f] is not None][-1]
+    data = self.read(edited)
+    with open(self.path(edited), 'wb') as f:
       f.write(b'# local edit\n' + data)
     data = self.status_json()
     self.assertEqual(data['state'], 'locally modified')
@@ -539,6 +561,8 @@ class MigrationCliTest(absltest.TestCase):
         original))
     with zipfile.ZipFile(fake) as zf:
       for f in self.files:
+        if self.pristine[f] is None:  # A module the series adds.
+          continue
         with open(self.path(f), 'wb') as out:
           out.write(zf.read(f))
       with open(record, 'w', encoding='utf-8') as out:
@@ -629,11 +653,6 @@ class MigrationCliTest(absltest.TestCase):
     def status() -> dict:
       return json.loads(self.run_tool('status', '--json', flag).stdout)
 
-    def reinstall() -> None:  # What `pip install --force-reinstall` does.
-      for f, data in self.pristine.items():
-        with open(self.path(f), 'wb') as out:
-          out.write(data)
-
     self.assertIn(f'  created {module}', self.run_tool('apply', flag).stdout)
     self.assertEqual(self.read(module), content)
     self.assertEqual(status()['state'], 'patched')
@@ -643,10 +662,11 @@ class MigrationCliTest(absltest.TestCase):
     self.assertEqual(status()['leftover'], [])
 
     self.run_tool('apply', flag)
-    reinstall()
+    self.reinstall()
     data = status()
     self.assertEqual(data['state'], 'pristine')
-    self.assertEqual(data['leftover'], [module])
+    self.assertEqual(data['leftover'], sorted(
+        [module, *(f for f, d in self.pristine.items() if d is None)]))
     self.assertIn('jax reinstalled', data['patches_lost'])
     self.assertIn(f'  would remove {module}',
                   self.run_tool('revert', '--dry-run', flag).stdout)
@@ -657,7 +677,7 @@ class MigrationCliTest(absltest.TestCase):
     self.assertEqual(status()['state'], 'pristine')
 
     self.run_tool('apply', flag)
-    reinstall()
+    self.reinstall()
     result = json.loads(self.run_tool('apply', '--json', flag).stdout)
     self.assertEqual(result['after']['state'], 'patched')
     self.assertNotIn(module, result['files_changed'])  # Already right.

@@ -57,14 +57,14 @@ class JaxVenv:
     """The path of ``relpath`` (``/``-separated) under site-packages."""
     return os.path.join(self.site, *relpath.split('/'))
 
-  def restore(self, files: dict[str, bytes]) -> None:
+  def restore(self, files: dict[str, bytes | None]) -> None:
     """Puts jax back as a test starts from it.
 
     Writes ``files`` (relpath -> content; a link at a path is replaced, not
-    followed), removes the tool's state directory, and compiles bytecode in
-    the files' directories as an import leaves it (errors ignored: jax may
-    need a newer Python than the venv's, which the tool never imports it
-    with).
+    followed; None: the release has no such file, which is removed), removes
+    the tool's state directory, and compiles bytecode in the files'
+    directories as an import leaves it (errors ignored: jax may need a newer
+    Python than the venv's, which the tool never imports it with).
 
     Args:
       files: the released content of the tool's target files.
@@ -72,6 +72,8 @@ class JaxVenv:
     for relpath, data in files.items():
       with contextlib.suppress(FileNotFoundError):
         os.remove(self.path(relpath))
+      if data is None:
+        continue
       with open(self.path(relpath), 'wb') as f:
         f.write(data)
     shutil.rmtree(self.state_root, ignore_errors=True)
@@ -134,15 +136,25 @@ class Ends:
   on the wheel's files.
 
   Attributes:
-    pristine: relpath -> the released content (bytes), from the wheel.
-    pristine_sha: relpath -> sha256 hex digest, from jax's RECORD.
+    pristine: relpath -> the released content (bytes), from the wheel; None
+      for a module the series adds.
+    pristine_sha: relpath -> sha256 hex digest, from jax's RECORD; None for
+      a module the series adds.
     patched_sha: relpath -> sha256 hex digest of the patched file.
     patched: relpath -> the patched content (bytes).
   """
-  pristine: dict[str, bytes]
-  pristine_sha: dict[str, str]
+  pristine: dict[str, bytes | None]
+  pristine_sha: dict[str, str | None]
   patched_sha: dict[str, str]
   patched: dict[str, bytes] = dataclasses.field(default_factory=dict)
+
+
+def released_files(wheel: str, files) -> dict[str, bytes | None]:
+  """The content of each of ``files`` in ``wheel``; None where it has none
+  (a module the series adds)."""
+  with zipfile.ZipFile(wheel) as zf:
+    names = set(zf.namelist())
+    return {p: zf.read(p) if p in names else None for p in files}
 
 
 def expected_ends(venv: JaxVenv, wheel: str, version: str,
@@ -161,16 +173,20 @@ def expected_ends(venv: JaxVenv, wheel: str, version: str,
   record = os.path.join(venv.site, f'jax-{version}.dist-info', 'RECORD')
   with open(record, encoding='utf-8') as f:
     rows = dict(line.split(',')[:2] for line in f.read().splitlines())
-  pristine_sha = {}
+  pristine_sha: dict[str, str | None] = {}
   for p in files:
+    if p not in rows:
+      pristine_sha[p] = None
+      continue
     value = rows[p].split('=', 1)[1]
     pristine_sha[p] = base64.urlsafe_b64decode(
         value + '=' * (-len(value) % 4)).hex()
-  with zipfile.ZipFile(wheel) as zf:
-    pristine = {p: zf.read(p) for p in files}
+  pristine = released_files(wheel, files)
   work = tempfile.mkdtemp(prefix='expected-', dir=venv.root)
   try:
     for p, data in pristine.items():
+      if data is None:
+        continue
       os.makedirs(os.path.dirname(os.path.join(work, p)), exist_ok=True)
       with open(os.path.join(work, p), 'wb') as f:
         f.write(data)
